@@ -1,0 +1,1 @@
+"""Pure domain: specs, statuses, validation rules, update diff, events. No I/O, no clock, no randomness."""

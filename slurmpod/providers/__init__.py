@@ -1,0 +1,1 @@
+"""Where instances come from. Implementations depend only on ``providers.base`` and the leaf modules."""

@@ -1,0 +1,156 @@
+"""The typed contract between the reconciler and whatever makes instances.
+
+A *provider* makes hosts: it launches an instance (an isolated host with its own address, hostname and
+writable root volume over a read-only image), lists and terminates them, and hands out a
+``CommandRunner`` that runs argv lists *inside* an instance as root. It knows nothing about clusters
+specs, Slurm or the store: the reconciler builds ``InstanceRequest`` values and drives Slurm through the
+runner (see ``slurmpod.slurm`` and ``slurmpod.lifecycle``).
+
+Guarantees every implementation gives:
+
+* ``launch`` is idempotent on ``instance_id``: launching an id that already exists returns it unchanged;
+  nothing is ever launched twice. It returns only once the host is up and the runner works.
+* ``terminate`` is idempotent; terminating an unknown id is not an error.
+* Instances outlive the slurmpod process; a new provider object re-adopts them (``list_instances``).
+* Failures are ``TemporaryProviderError`` (retry later, e.g. no capacity) or ``PermanentProviderError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class ProviderError(Exception):
+    """Base of infrastructure errors; never shown to an API client directly."""
+
+
+class TemporaryProviderError(ProviderError):
+    """Worth retrying later (``delay`` seconds is a hint)."""
+
+    def __init__(self, message: str, delay: float = 5.0) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class InsufficientCapacity(TemporaryProviderError):
+    """No capacity for the instance type right now (AWS's wording in ``capacity_message``)."""
+
+    def __init__(self, instance_type: str) -> None:
+        super().__init__(capacity_message(instance_type))
+        self.instance_type = instance_type
+
+
+class PermanentProviderError(ProviderError):
+    """Retrying the same request will not help."""
+
+
+class SetupError(PermanentProviderError):
+    """The machine cannot run this provider (not root, packages missing ...): a one-line, actionable message."""
+
+
+def capacity_message(instance_type: str) -> str:
+    return (
+        f"We currently do not have sufficient capacity to launch new {instance_type} instances. "
+        "Please try again."
+    )
+
+
+@dataclass(frozen=True)
+class VolumeMount:
+    """A per-cluster directory owned by the provider, mounted into the instance at ``path``.
+
+    ``name`` identifies the volume within the cluster (e.g. ``slurm-state``); it outlives instances and
+    is removed by ``teardown_cluster``.
+    """
+
+    name: str
+    path: str
+
+
+@dataclass(frozen=True)
+class InstanceRequest:
+    cluster_id: str
+    instance_id: str
+    group: str
+    instance_type: str
+    image_id: str
+    image_root: str  # host path of the image's read-only root filesystem ("/" for the built-in image)
+    volumes: tuple[VolumeMount, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class ProviderInstance:
+    cluster_id: str
+    instance_id: str
+    group: str
+    ip: str
+    hostname: str
+    alive: bool  # False: known to the provider but its processes are gone (crashed, killed)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class CommandRunner(Protocol):
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> CommandResult:
+        """Runs ``argv`` inside the instance as root and waits for it.
+
+        Raises ``TemporaryProviderError`` on timeout or when the instance is unreachable.
+        A non-zero exit is *not* an error: it is in ``returncode``.
+        """
+        ...
+
+    def interactive_argv(self, argv: Sequence[str]) -> list[str]:
+        """The host argv that runs ``argv`` inside the instance attached to the caller's terminal."""
+        ...
+
+
+class Provider(Protocol):
+    name: str
+
+    def prepare_cluster(self, cluster_id: str) -> None:
+        """Creates per-cluster resources (network, volume directories). Idempotent."""
+        ...
+
+    def launch(self, request: InstanceRequest) -> ProviderInstance:
+        """Launches (or finds) the instance; returns when it is up. Idempotent on instance_id."""
+        ...
+
+    def terminate(self, cluster_id: str, instance_id: str) -> None:
+        """Removes the instance's processes, namespaces, mounts, address and root volume. Idempotent."""
+        ...
+
+    def reboot(self, cluster_id: str, instance_id: str) -> ProviderInstance:
+        """Stops every process of the instance and starts it again: same id, address, root volume."""
+        ...
+
+    def replace_root_volume(self, request: InstanceRequest) -> ProviderInstance:
+        """Stops the instance, replaces its root volume with a fresh one over ``request.image_root``,
+        starts it again with the same id, hostname and address."""
+        ...
+
+    def list_instances(self, cluster_id: str) -> list[ProviderInstance]:
+        """Every instance of the cluster the provider knows, alive or not."""
+        ...
+
+    def runner(self, cluster_id: str, instance_id: str) -> CommandRunner:
+        ...
+
+    def teardown_cluster(self, cluster_id: str) -> None:
+        """Terminates every instance of the cluster and removes its network and volumes. Idempotent."""
+        ...

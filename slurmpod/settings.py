@@ -1,0 +1,42 @@
+"""Server settings: one frozen dataclass built by the CLI (no globals read at import time)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("SLURMPOD_STATE_DIR", "/var/lib/slurmpod"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    state_dir: Path = field(default_factory=default_state_dir)
+    db_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    provider: str = "local"
+    compat: str = "extended"  # extended | strict
+    region: str = "us-east-1"
+    account_id: str = "123456789012"
+    # simulated provider
+    simulated_capacity: dict[str, int] = field(default_factory=dict)
+    simulated_launch_delay: float = 0.05
+    simulated_terminate_delay: float = 0.01
+    simulated_seed: int = 0
+    simulated_fail_rate: float = 0.0
+    # local provider
+    local_cidr: str = "10.231.0.0/16"
+    # reconciler
+    reconcile_interval: float = 2.0
+    max_parallel_launches: int = 8
+    # lifecycle sources
+    s3_endpoint_url: str | None = None
+
+    @property
+    def database_url(self) -> str:
+        if self.db_url:
+            return self.db_url
+        return f"sqlite:///{self.state_dir / 'slurmpod.db'}"
