@@ -48,7 +48,7 @@ class UnknownOperationException(ServiceError):
 class NotImplementedOperation(ServiceError):
     """A SageMaker operation slurmpod knows but does not implement (yet)."""
 
-    code = "ValidationException"
+    code = "UnsupportedOperation"
 
 
 class SerializationException(ServiceError):

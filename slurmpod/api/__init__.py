@@ -1,0 +1,1 @@
+"""HTTP API: AWS JSON protocol, SageMaker model validation, handlers."""

@@ -1,0 +1,160 @@
+"""One small function per operation: parse, call the service, translate, return."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from slurmpod.api import translate as tr
+from slurmpod.api.pagination import paginate
+from slurmpod.domain.views import current_count, group_status
+from slurmpod.service.clusters import Caller, ClusterService
+
+Params = Mapping[str, Any]
+Handler = Callable[[ClusterService, Caller, Params], dict[str, Any]]
+
+BUILTIN_IMAGE_FALLBACK = "ami-00000000000000000"
+
+
+def _image_of(svc: ClusterService, group_image: str | None) -> str:
+    if svc.image_resolver is not None:
+        return svc.image_resolver(group_image)
+    return group_image if group_image and group_image != "default" else BUILTIN_IMAGE_FALLBACK
+
+
+def create_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    rec = svc.create(caller, tr.spec_from_create(p))
+    return {"ClusterArn": rec.arn}
+
+
+def update_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    cur = svc.resolve(caller, p["ClusterName"])
+    requested, orchestrator_given = tr.spec_from_update(p, cur.spec)
+    rec = svc.update(
+        caller, p["ClusterName"], requested, tuple(p.get("InstanceGroupsToDelete") or ()),
+        orchestrator_given=orchestrator_given,
+    )
+    return {"ClusterArn": rec.arn}
+
+
+def describe_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    rec = svc.resolve(caller, p["ClusterName"])
+    nodes = svc.nodes(rec)
+    groups = [
+        tr.group_details(rec, g, group_status(rec, g, nodes), current_count(g.name, nodes), _image_of(svc, g.image_id))
+        for g in rec.spec.instance_groups
+    ]
+    return tr.describe_cluster(rec, groups)
+
+
+def delete_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    rec = svc.delete(caller, p["ClusterName"])
+    return {"ClusterArn": rec.arn}
+
+
+def list_clusters(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    items = svc.list_clusters(caller)
+    after, before, contains = p.get("CreationTimeAfter"), p.get("CreationTimeBefore"), p.get("NameContains")
+    if after is not None:
+        items = [c for c in items if c.creation_time > float(after)]
+    if before is not None:
+        items = [c for c in items if c.creation_time < float(before)]
+    if contains:
+        items = [c for c in items if contains in c.name]
+    by_name = p.get("SortBy") == "NAME"
+    filters = {k: p.get(k) for k in ("CreationTimeAfter", "CreationTimeBefore", "NameContains", "SortBy", "SortOrder")}
+    page, token = paginate(
+        items,
+        (lambda c: (c.name, c.cluster_id)) if by_name else (lambda c: (c.creation_time, c.cluster_id)),
+        descending=p.get("SortOrder", "Descending") == "Descending",
+        max_results=p.get("MaxResults"),
+        next_token=p.get("NextToken"),
+        filters=filters,
+    )
+    out: dict[str, Any] = {"ClusterSummaries": [tr.cluster_summary(c) for c in page]}
+    if token:
+        out["NextToken"] = token
+    return out
+
+
+def list_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    rec = svc.resolve(caller, p["ClusterName"])
+    nodes = svc.nodes(rec)
+    after, before = p.get("CreationTimeAfter"), p.get("CreationTimeBefore")
+    contains = p.get("InstanceGroupNameContains")
+    if after is not None:
+        nodes = [n for n in nodes if n.launch_time > float(after)]
+    if before is not None:
+        nodes = [n for n in nodes if n.launch_time < float(before)]
+    if contains:
+        nodes = [n for n in nodes if contains in n.group]
+    by_name = p.get("SortBy") == "NAME"
+    filters = {
+        k: p.get(k)
+        for k in ("ClusterName", "CreationTimeAfter", "CreationTimeBefore", "InstanceGroupNameContains", "SortBy",
+                  "SortOrder")
+    }
+    page, token = paginate(
+        nodes,
+        (lambda n: (n.group, n.instance_id)) if by_name else (lambda n: (n.launch_time, n.seq, n.instance_id)),
+        descending=p.get("SortOrder", "Ascending") == "Descending",
+        max_results=p.get("MaxResults"),
+        next_token=p.get("NextToken"),
+        filters=filters,
+    )
+    types = {g.name: g.instance_type for g in rec.spec.instance_groups}
+    include_logical = bool(p.get("IncludeNodeLogicalIds"))
+    out: dict[str, Any] = {
+        "ClusterNodeSummaries": [tr.node_summary(n, types.get(n.group), include_logical) for n in page]
+    }
+    if token:
+        out["NextToken"] = token
+    return out
+
+
+def describe_cluster_node(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    from slurmpod.errors import ValidationException
+
+    rec = svc.resolve(caller, p["ClusterName"])
+    node_id, logical_id = p.get("NodeId"), p.get("NodeLogicalId")
+    if bool(node_id) == bool(logical_id):
+        raise ValidationException("You can specify either NodeLogicalId or InstanceId, but not both.")
+    node = svc.find_node(rec, node_id, logical_id)
+    return {"NodeDetails": tr.node_details(node, rec.spec.group(node.group), rec.region)}
+
+
+def batch_delete_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    from slurmpod.errors import ValidationException
+
+    node_ids = list(p.get("NodeIds") or ())
+    if not node_ids and not p.get("NodeLogicalIds"):
+        raise ValidationException("Either NodeIds or NodeLogicalIds must be provided.")
+    rec = svc.resolve(caller, p["ClusterName"])
+    logical = list(p.get("NodeLogicalIds") or ())
+    by_logical = {n.logical_id: n.instance_id for n in svc.nodes(rec) if n.logical_id}
+    deleted, failures = svc.batch_delete_nodes(caller, p["ClusterName"], node_ids + [by_logical.get(x, x) for x in logical])
+    out: dict[str, Any] = {
+        "Successful": [d for d in deleted if d in node_ids],
+        "Failed": [{"Code": f.code, "Message": f.message, "NodeId": f.node_id} for f in failures
+                   if f.node_id in node_ids],
+    }
+    if logical:
+        rev = {v: k for k, v in by_logical.items()}
+        out["SuccessfulNodeLogicalIds"] = [rev[d] for d in deleted if d in rev and rev[d] in logical]
+        out["FailedNodeLogicalIds"] = [
+            {"Code": f.code, "Message": f.message, "NodeLogicalId": rev.get(f.node_id, f.node_id)}
+            for f in failures if rev.get(f.node_id, f.node_id) in logical
+        ]
+    return out
+
+
+HANDLERS: dict[str, Handler] = {
+    "CreateCluster": create_cluster,
+    "UpdateCluster": update_cluster,
+    "DescribeCluster": describe_cluster,
+    "ListClusters": list_clusters,
+    "DeleteCluster": delete_cluster,
+    "ListClusterNodes": list_cluster_nodes,
+    "DescribeClusterNode": describe_cluster_node,
+    "BatchDeleteClusterNodes": batch_delete_cluster_nodes,
+}

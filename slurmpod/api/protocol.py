@@ -1,0 +1,56 @@
+"""AWS JSON 1.1 framing: target parsing, body decoding, error and result encoding."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from slurmpod.errors import SerializationException, ServiceError, UnknownOperationException
+
+CONTENT_TYPE = "application/x-amz-json-1.1"
+ACCEPTED_CONTENT_TYPES = ("application/x-amz-json-1.1", "application/x-amz-json-1.0", "application/json")
+MAX_BODY_BYTES = 1024 * 1024
+
+
+class RequestTooLarge(ServiceError):
+    code = "RequestEntityTooLargeException"
+    http_status = 413
+
+
+def parse_target(target: str | None) -> str:
+    """``SageMaker.CreateCluster`` -> ``CreateCluster``."""
+    if not target:
+        raise UnknownOperationException("Missing X-Amz-Target header; expected SageMaker.<Operation>.")
+    service, _, op = target.partition(".")
+    if service != "SageMaker" or not op:
+        raise UnknownOperationException(f"Unknown operation {target}.")
+    return op
+
+
+def check_content_type(value: str | None) -> None:
+    base = (value or "").split(";", 1)[0].strip().lower()
+    if base not in ACCEPTED_CONTENT_TYPES:
+        raise SerializationException(
+            f"Unsupported Content-Type '{value or ''}'; send {CONTENT_TYPE}."
+        )
+
+
+def decode_body(body: bytes) -> Any:
+    if len(body) > MAX_BODY_BYTES:
+        raise RequestTooLarge(f"Request body of {len(body)} bytes exceeds the limit of {MAX_BODY_BYTES} bytes.")
+    if not body.strip():
+        raise SerializationException("Request body is empty; expected a JSON object.")
+    try:
+        return json.loads(body)
+    except RecursionError as exc:
+        raise SerializationException("Request body is nested too deeply.") from exc
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise SerializationException(f"Request body is not valid JSON: {exc}") from exc
+
+
+def encode_error(err: ServiceError) -> tuple[int, bytes]:
+    return err.http_status, json.dumps({"__type": err.code, "message": err.message}).encode()
+
+
+def encode_result(result: dict[str, Any]) -> bytes:
+    return json.dumps(result, separators=(",", ":")).encode()

@@ -1,0 +1,245 @@
+"""Wire (PascalCase, botocore shapes) <-> domain translation. The only place wire member names live."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, LifeCycleConfig, SlurmConfig
+from slurmpod.domain.status import (
+    ClusterStatus,
+    ImageVersionStatus,
+    InstanceGroupStatus,
+    InstanceStatus,
+    NodeType,
+    SlurmConfigStrategy,
+)
+from slurmpod.domain.validation import effective_min_count
+
+_GROUP_KNOWN = {
+    "InstanceCount", "MinInstanceCount", "InstanceGroupName", "InstanceType", "LifeCycleConfig",
+    "ExecutionRole", "ThreadsPerCore", "SlurmConfig", "ImageId",
+}
+# Group members stored opaquely and echoed in ClusterInstanceGroupDetails / ClusterNodeDetails.
+_GROUP_ECHO = (
+    "InstanceRequirements", "InstanceStorageConfigs", "OnStartDeepHealthChecks", "TrainingPlanArn",
+    "OverrideVpcConfig", "ScheduledUpdateConfig", "KubernetesConfig", "CapacityRequirements", "NetworkInterface",
+)
+_NODE_ECHO = ("OverrideVpcConfig", "InstanceStorageConfigs", "KubernetesConfig", "NetworkInterface")
+_CLUSTER_ECHO = ("VpcConfig", "RestrictedInstanceGroups", "TieredStorageConfig", "ClusterRole", "AutoScaling", "Tags")
+
+
+def group_from_wire(w: Mapping[str, Any]) -> InstanceGroupSpec:
+    lcc = w.get("LifeCycleConfig")
+    sc = w.get("SlurmConfig")
+    node_type = None
+    if isinstance(sc, Mapping) and sc.get("NodeType") in {t.value for t in NodeType}:
+        node_type = NodeType(sc["NodeType"])
+    return InstanceGroupSpec(
+        name=w["InstanceGroupName"],
+        instance_count=w["InstanceCount"],
+        instance_type=w.get("InstanceType"),
+        execution_role=w.get("ExecutionRole"),
+        min_instance_count=w.get("MinInstanceCount"),
+        life_cycle_config=None
+        if lcc is None
+        else LifeCycleConfig(
+            source_s3_uri=lcc.get("SourceS3Uri"),
+            on_create=lcc.get("OnCreate"),
+            on_init_complete=lcc.get("OnInitComplete"),
+        ),
+        threads_per_core=w.get("ThreadsPerCore"),
+        slurm_config=None
+        if sc is None
+        else SlurmConfig(node_type=node_type, partition_names=tuple(sc.get("PartitionNames") or ())),
+        image_id=w.get("ImageId"),
+        extras={k: v for k, v in w.items() if k not in _GROUP_KNOWN and k in _GROUP_ECHO},
+    )
+
+
+def _strategy(params: Mapping[str, Any]) -> tuple[SlurmConfigStrategy | None, bool]:
+    orch = params.get("Orchestrator")
+    if not isinstance(orch, Mapping):
+        return None, False
+    slurm = orch.get("Slurm")
+    if isinstance(slurm, Mapping) and slurm.get("SlurmConfigStrategy"):
+        return SlurmConfigStrategy(slurm["SlurmConfigStrategy"]), True
+    return None, True
+
+
+def spec_from_create(params: Mapping[str, Any]) -> ClusterSpec:
+    strategy, has_orch = _strategy(params)
+    return ClusterSpec(
+        name=params["ClusterName"],
+        instance_groups=tuple(group_from_wire(g) for g in params.get("InstanceGroups") or ()),
+        node_provisioning_mode=params.get("NodeProvisioningMode"),
+        node_recovery=params.get("NodeRecovery"),
+        slurm_config_strategy=strategy,
+        has_orchestrator=has_orch,
+        extras={k: params[k] for k in _CLUSTER_ECHO if k in params},
+    )
+
+
+def spec_from_update(params: Mapping[str, Any], current: ClusterSpec) -> tuple[ClusterSpec, bool]:
+    """The requested spec of an UpdateCluster call (unset members taken from ``current``)."""
+    strategy, has_orch = _strategy(params)
+    extras = dict(current.extras)
+    extras.update({k: params[k] for k in _CLUSTER_ECHO if k in params})
+    groups = params.get("InstanceGroups")
+    spec = ClusterSpec(
+        name=current.name,
+        instance_groups=tuple(group_from_wire(g) for g in groups) if groups is not None else current.instance_groups,
+        node_provisioning_mode=params.get("NodeProvisioningMode", current.node_provisioning_mode),
+        node_recovery=params.get("NodeRecovery", current.node_recovery),
+        slurm_config_strategy=strategy,
+        has_orchestrator=has_orch or current.has_orchestrator,
+        extras=extras,
+    )
+    return spec, has_orch
+
+
+def _lcc_to_wire(l: LifeCycleConfig | None) -> dict[str, Any] | None:
+    if l is None:
+        return None
+    out = {"SourceS3Uri": l.source_s3_uri, "OnCreate": l.on_create, "OnInitComplete": l.on_init_complete}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _slurm_to_wire(sc: SlurmConfig | None) -> dict[str, Any] | None:
+    if sc is None or sc.node_type is None:
+        return None
+    out: dict[str, Any] = {"NodeType": sc.node_type.value}
+    if sc.partition_names:
+        out["PartitionNames"] = list(sc.partition_names)
+    return out
+
+
+def group_details(
+    cluster: ClusterRecord,
+    group: InstanceGroupSpec,
+    status: InstanceGroupStatus,
+    current_count: int,
+    image_id: str,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "CurrentCount": current_count,
+        "TargetCount": group.instance_count,
+        "MinCount": effective_min_count(group, cluster.spec.continuous),
+        "InstanceGroupName": group.name,
+        "InstanceType": group.instance_type,
+        "LifeCycleConfig": _lcc_to_wire(group.life_cycle_config),
+        "ExecutionRole": group.execution_role,
+        "ThreadsPerCore": group.threads_per_core,
+        "Status": status.value,
+        "CurrentImageId": image_id,
+        "DesiredImageId": image_id,
+        "ImageVersionStatus": ImageVersionStatus.UP_TO_DATE.value,
+        "SlurmConfig": _slurm_to_wire(group.slurm_config),
+    }
+    out.update({k: v for k, v in group.extras.items() if k in _GROUP_ECHO})
+    return out
+
+
+def describe_cluster(cluster: ClusterRecord, groups: list[dict[str, Any]]) -> dict[str, Any]:
+    spec = cluster.spec
+    out: dict[str, Any] = {
+        "ClusterArn": cluster.arn,
+        "ClusterName": cluster.name,
+        "ClusterStatus": cluster.status.value,
+        "CreationTime": cluster.creation_time,
+        "FailureMessage": cluster.failure_message,
+        "InstanceGroups": groups,
+        "NodeRecovery": spec.node_recovery,
+        "NodeProvisioningMode": spec.node_provisioning_mode,
+    }
+    if spec.has_orchestrator or spec.slurm_config_strategy or any(g.slurm_config for g in spec.instance_groups):
+        slurm: dict[str, Any] = {}
+        strategy = spec.slurm_config_strategy
+        if strategy is None and not spec.continuous and any(g.slurm_config for g in spec.instance_groups):
+            strategy = SlurmConfigStrategy.MANAGED
+        if strategy is not None:
+            slurm["SlurmConfigStrategy"] = strategy.value
+        out["Orchestrator"] = {"Slurm": slurm}
+    out.update({k: v for k, v in spec.extras.items() if k in _CLUSTER_ECHO and k != "Tags"})
+    return out
+
+
+def cluster_summary(c: ClusterRecord) -> dict[str, Any]:
+    return {
+        "ClusterArn": c.arn,
+        "ClusterName": c.name,
+        "CreationTime": c.creation_time,
+        "ClusterStatus": c.status.value,
+    }
+
+
+def _instance_status(n: NodeRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {"Status": n.status.value}
+    if n.message:
+        out["Message"] = n.message
+    return out
+
+
+def node_summary(n: NodeRecord, instance_type: str | None, include_logical: bool) -> dict[str, Any]:
+    return {
+        "InstanceGroupName": n.group,
+        "InstanceId": n.instance_id,
+        "NodeLogicalId": n.logical_id if include_logical else None,
+        "InstanceType": instance_type,
+        "LaunchTime": n.launch_time,
+        "LastSoftwareUpdateTime": n.last_software_update_time,
+        "InstanceStatus": _instance_status(n),
+        "PrivateDnsHostname": n.hostname,
+        "ImageVersionStatus": ImageVersionStatus.UP_TO_DATE.value,
+    }
+
+
+def node_details(n: NodeRecord, group: InstanceGroupSpec | None, region: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "InstanceGroupName": n.group,
+        "InstanceId": n.instance_id,
+        "NodeLogicalId": n.logical_id,
+        "InstanceStatus": _instance_status(n),
+        "InstanceType": group.instance_type if group else None,
+        "LaunchTime": n.launch_time,
+        "LastSoftwareUpdateTime": n.last_software_update_time,
+        "LifeCycleConfig": _lcc_to_wire(group.life_cycle_config) if group else None,
+        "ThreadsPerCore": group.threads_per_core if group else None,
+        "PrivatePrimaryIp": n.ip,
+        "PrivateDnsHostname": n.hostname,
+        "Placement": {"AvailabilityZone": f"{region}a", "AvailabilityZoneId": "local-az1"},
+        "CurrentImageId": n.image_id,
+        "DesiredImageId": n.image_id,
+        "ImageVersionStatus": ImageVersionStatus.UP_TO_DATE.value,
+        "CapacityType": "OnDemand",
+    }
+    if group:
+        out.update({k: v for k, v in group.extras.items() if k in _NODE_ECHO})
+    return out
+
+
+def event_summary(e: EventRecord) -> dict[str, Any]:
+    return {
+        "EventId": e.event_id,
+        "ClusterArn": e.cluster_arn,
+        "ClusterName": e.cluster_name,
+        "InstanceGroupName": e.group,
+        "InstanceId": e.instance_id,
+        "ResourceType": e.resource_type.value,
+        "EventTime": e.event_time,
+        "Description": e.description,
+    }
+
+
+__all__ = [
+    "ClusterStatus",
+    "InstanceStatus",
+    "cluster_summary",
+    "describe_cluster",
+    "group_details",
+    "node_details",
+    "node_summary",
+    "spec_from_create",
+    "spec_from_update",
+]

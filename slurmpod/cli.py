@@ -1,0 +1,144 @@
+"""The ``slurmpod`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from slurmpod.settings import Settings, default_state_dir
+
+
+def _parse_capacity(text: str | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, _, value = part.partition("=")
+        try:
+            out[name.strip()] = int(value)
+        except ValueError:
+            raise SystemExit(f"slurmpod: bad capacity entry {part!r}; use TYPE=COUNT[,TYPE=COUNT]") from None
+    return out
+
+
+def _die(message: str) -> int:
+    print(f"slurmpod: {message}", file=sys.stderr)
+    return 2
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    import socket
+
+    import uvicorn
+
+    from slurmpod.providers.base import SetupError
+    from slurmpod.server import build_server
+
+    settings = Settings(
+        state_dir=Path(args.state_dir),
+        db_url=args.db,
+        host=args.host,
+        port=args.port,
+        provider=args.provider,
+        compat=args.compat,
+        region=args.region,
+        account_id=args.account_id,
+        simulated_capacity=_parse_capacity(args.simulated_capacity),
+        simulated_launch_delay=args.simulated_launch_delay,
+        simulated_seed=args.simulated_seed,
+        simulated_fail_rate=args.simulated_fail_rate,
+        local_cidr=args.local_cidr,
+        reconcile_interval=args.reconcile_interval,
+    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((args.host, args.port))
+        except OSError as exc:
+            return _die(f"cannot listen on {args.host}:{args.port}: {exc.strerror}; pick another --port")
+    try:
+        server = build_server(settings)
+    except SetupError as exc:
+        return _die(str(exc))
+    if settings.provider == "simulated":
+        logging.getLogger("slurmpod").warning("provider: SIMULATED (no real nodes; for tests and benchmarks)")
+    server.start()
+    try:
+        uvicorn.run(server.app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    finally:
+        server.stop()
+    return 0
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    from slurmpod.providers.local.cleanup import cleanup, find_leftovers
+
+    state = Path(args.state_dir)
+    if args.check:
+        left = find_leftovers(state)
+        for item in left:
+            print(item)
+        print(f"{len(left)} leftover(s)" if left else "no leftovers")
+        return 1 if left else 0
+    removed = cleanup(state)
+    for item in removed:
+        print(f"removed {item}")
+    print(f"{len(removed)} item(s) removed")
+    return 0
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    from slurmpod.lifecycle.images import BUILTIN
+
+    print(f"{'IMAGE ID':<24} {'RELEASE':<10} DESCRIPTION")
+    print(f"{BUILTIN.image_id:<24} {BUILTIN.release:<10} {BUILTIN.description} (default, latest)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="slurmpod", description="Real Slurm clusters behind a HyperPod-compatible API")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("server", help="run the API server and the reconciler")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--db", default=None, help="database URL (default: SQLite under --state-dir)")
+    s.add_argument("--provider", choices=["local", "simulated"], default="local")
+    s.add_argument("--compat", choices=["extended", "strict"], default="extended")
+    s.add_argument("--state-dir", default=str(default_state_dir()))
+    s.add_argument("--region", default=os.environ.get("SLURMPOD_REGION", "us-east-1"))
+    s.add_argument("--account-id", default=os.environ.get("SLURMPOD_ACCOUNT_ID", "123456789012"))
+    s.add_argument("--simulated-capacity", default="", help="TYPE=COUNT[,...] (simulated provider)")
+    s.add_argument("--simulated-launch-delay", type=float, default=0.05)
+    s.add_argument("--simulated-seed", type=int, default=0)
+    s.add_argument("--simulated-fail-rate", type=float, default=0.0)
+    s.add_argument("--local-cidr", default="10.231.0.0/16", help="address pool for local instances")
+    s.add_argument("--reconcile-interval", type=float, default=2.0)
+    s.set_defaults(func=cmd_server)
+
+    c = sub.add_parser("cleanup", help="remove what a crashed server or test left behind")
+    c.add_argument("--state-dir", default=str(default_state_dir()))
+    c.add_argument("--check", action="store_true", help="only report leftovers; exit 1 if any")
+    c.set_defaults(func=cmd_cleanup)
+
+    i = sub.add_parser("images", help="image releases")
+    isub = i.add_subparsers(dest="images_command", required=True)
+    il = isub.add_parser("list", help="list image releases")
+    il.set_defaults(func=cmd_images)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""The holder: PID 1 of a node (``nodeinit.py``), started under ``unshare`` inside the node's netns.
+
+Identity of a running node = holder PID + its ``/proc`` start time (PIDs are reused) + the inode of the
+netns it is in. That triple is stored in ``meta.json`` so a new provider object re-adopts nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmpod.providers.base import TemporaryProviderError
+from slurmpod.providers.local.netns import netns_path
+
+NODEINIT = Path(__file__).with_name("nodeinit.py")
+READY_FILE = "/run/slurmpod-ready"
+BOOT_TIMEOUT = 20.0
+STOP_TIMEOUT = 10.0
+
+
+def start_time(pid: int) -> str | None:
+    """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), or None if there is no such process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw.rsplit(")", 1)[1].split()[19]
+
+
+def proc_state(pid: int) -> str | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw.rsplit(")", 1)[1].split()[0]
+
+
+def is_running(pid: int, started: str) -> bool:
+    """``pid`` exists, is the same process (start time) and is not a zombie."""
+    if pid <= 0 or not started:
+        return False
+    return start_time(pid) == started and proc_state(pid) not in (None, "Z", "X")
+
+
+def ns_of(pid: int, kind: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
+    except OSError:
+        return None
+
+
+def ns_inode(pid: int, kind: str) -> int:
+    try:
+        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
+    except OSError:
+        return 0
+
+
+def pids_in_mntns(mntns: str) -> list[int]:
+    """Host PIDs of live processes in mount namespace ``mntns`` (e.g. ``mnt:[4026532249]``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and ns_of(int(entry), "mnt") == mntns:
+            found.append(int(entry))
+    return found
+
+
+@dataclass(frozen=True)
+class Boot:
+    """A running holder."""
+
+    popen: subprocess.Popen[bytes]
+    holder_pid: int
+    holder_start: str
+    unshare_pid: int
+    unshare_start: str
+    mntns: str
+    netns_inode: int
+
+
+def _log_tail(log: Path, n: int = 8) -> str:
+    try:
+        return " | ".join(log.read_text(errors="replace").strip().splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def start(netns: str, boot_cfg: dict, instance_dir: Path) -> Boot:
+    """Starts the holder for one boot and waits until the node's root is assembled and pivoted."""
+    token = secrets.token_hex(8)
+    cfg = dict(boot_cfg, token=token)
+    boot_file = instance_dir / "boot.json"
+    boot_file.write_text(json.dumps(cfg, indent=1))
+    log_path = instance_dir / "holder.log"
+    argv = ["nsenter", f"--net={netns_path(netns)}", "unshare", "--uts", "--ipc", "--mount", "--pid",
+            "--fork", "--kill-child", "--propagation", "private",
+            sys.executable, "-I", str(NODEINIT), str(boot_file)]
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+    with open(log_path, "ab") as log:
+        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
+                                 env=env, start_new_session=True, close_fds=True)
+    unshare_start = start_time(popen.pid) or ""
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    holder = 0
+    while time.monotonic() < deadline:
+        if not holder:
+            try:
+                children = Path(f"/proc/{popen.pid}/task/{popen.pid}/children").read_text().split()
+                holder = int(children[0]) if children else 0
+            except OSError:
+                holder = 0
+        if holder:
+            try:
+                if Path(f"/proc/{holder}/root{READY_FILE}").read_text() == token:
+                    return Boot(popen=popen, holder_pid=holder, holder_start=start_time(holder) or "",
+                                unshare_pid=popen.pid, unshare_start=unshare_start,
+                                mntns=ns_of(holder, "mnt") or "", netns_inode=ns_inode(holder, "net"))
+            except OSError:
+                pass
+        if popen.poll() is not None:
+            raise TemporaryProviderError(f"node failed to boot: {_log_tail(log_path) or 'no output'}")
+        time.sleep(0.005)
+    _kill(popen.pid)
+    popen.wait(5)
+    raise TemporaryProviderError(f"node did not boot within {BOOT_TIMEOUT}s: {_log_tail(log_path)}")
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _wait(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def stop(holder_pid: int, holder_start: str, unshare_pid: int, unshare_start: str, mntns: str,
+         popen: subprocess.Popen[bytes] | None = None, timeout: float = STOP_TIMEOUT) -> None:
+    """Kills the node (SIGKILL to its PID 1 ends the whole PID namespace) and waits until its mount
+    namespace, and with it the overlay on the root volume, is gone."""
+    if is_running(holder_pid, holder_start):
+        _kill(holder_pid)
+    _wait(lambda: not is_running(holder_pid, holder_start), timeout)
+    if popen is not None:
+        try:
+            popen.wait(timeout)  # reap the unshare parent ourselves: no zombie (pitfall 21)
+        except subprocess.TimeoutExpired:
+            _kill(popen.pid)
+            popen.wait(timeout)
+    elif is_running(unshare_pid, unshare_start):
+        _wait(lambda: not is_running(unshare_pid, unshare_start), timeout)
+        if is_running(unshare_pid, unshare_start):
+            _kill(unshare_pid)
+    if not mntns:
+        return
+    if _wait(lambda: not pids_in_mntns(mntns), 2.0):
+        return
+    for pid in pids_in_mntns(mntns):  # e.g. an `nsenter -m` without -p still inside
+        _kill(pid)
+    if not _wait(lambda: not pids_in_mntns(mntns), timeout):
+        raise TemporaryProviderError(f"processes still in the node's mount namespace {mntns}")

@@ -1,0 +1,216 @@
+"""PID 1 of a local node: builds the node's whole root filesystem, pivots into it, then reaps orphans.
+
+Started by the provider (``holder.py``) as::
+
+    nsenter --net=/run/netns/NS unshare --uts --ipc --mount --pid --fork --kill-child \
+        --propagation private python3 -I nodeinit.py BOOT_JSON
+
+so it already runs in the node's network namespace and in fresh UTS, IPC, mount and PID namespaces.
+Standard library only (it is run by file path, not imported from the package) and raw
+``mount(2)``/``pivot_root(2)``/``umount2(2)`` through ctypes, so the image needs no util-linux.
+
+The boot file (JSON) holds: ``hostname``, ``lower`` (image root), ``upper``, ``work``, ``merged``
+(assembly point), ``hosts`` (cluster hosts file), ``volumes`` ([[host_dir, node_path], ...]),
+``hide`` (host paths covered by an empty tmpfs, e.g. the provider's state dir) and ``token`` (written
+to ``/run/slurmpod-ready`` once the node is up).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import signal
+import socket
+import stat
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
+
+READY_FILE = "/run/slurmpod-ready"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(src: str | None, target: str, fstype: str | None = None, flags: int = 0,
+          data: str | None = None) -> None:
+    """mount(2) without util-linux."""
+    rc = _libc.mount(src.encode() if src else None, target.encode(), fstype.encode() if fstype else None,
+                     flags, data.encode() if data else None)
+    _check(rc, f"mount {fstype or 'bind'} {src} -> {target}")
+
+
+def _ids(root: str) -> tuple[dict[str, int], dict[str, int]]:
+    """User and group ids by name, read from the *image's* passwd and group files."""
+    users: dict[str, int] = {}
+    groups: dict[str, int] = {}
+    for path, table in ((f"{root}/etc/passwd", users), (f"{root}/etc/group", groups)):
+        try:
+            with open(path) as fh:
+                for line in fh:
+                    parts = line.split(":")
+                    if len(parts) > 2 and parts[2].isdigit():
+                        table[parts[0]] = int(parts[2])
+        except OSError:
+            pass
+    return users, groups
+
+
+# (path, owner, mode): directories the Slurm/munge daemons expect in every node.
+NODE_DIRS: tuple[tuple[str, str, int], ...] = (
+    ("/etc/slurm", "root", 0o755),
+    ("/etc/munge", "munge", 0o700),
+    ("/var/lib/munge", "munge", 0o711),
+    ("/var/log/munge", "munge", 0o700),
+    ("/var/log/slurm", "slurm", 0o755),
+    ("/var/spool/slurmd", "root", 0o755),
+    ("/var/spool/slurmctld", "slurm", 0o755),
+    ("/var/lib/slurm", "slurm", 0o755),
+    ("/var/lib/slurm/slurmd", "slurm", 0o755),
+    ("/var/lib/slurm/slurmctld", "slurm", 0o755),
+)
+RUN_DIRS: tuple[tuple[str, str, int], ...] = (
+    ("/run/munge", "munge", 0o755),
+    ("/run/slurm", "slurm", 0o755),
+    ("/run/lock", "root", 0o1777),
+)
+
+
+def _ensure_dir(root: str, path: str, owner: str, mode: int, users: dict[str, int],
+                groups: dict[str, int]) -> None:
+    """Creates ``root+path`` if missing; fixes owner/mode only when wrong (avoids needless copy-up)."""
+    full = root + path
+    os.makedirs(full, exist_ok=True)
+    uid = users.get(owner, 0)
+    gid = groups.get(owner, uid if owner in users else 0)
+    st = os.lstat(full)
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        os.chown(full, uid, gid)
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.chmod(full, mode)
+
+
+def _replace_with_file(path: str, content: str | None) -> None:
+    """Makes ``path`` a regular file (a symlink in the image is removed first)."""
+    if os.path.islink(path):
+        os.unlink(path)
+    if content is None:
+        if not os.path.exists(path):
+            open(path, "w").close()
+        return
+    with open(path, "w") as fh:
+        fh.write(content)
+
+
+def build_root(cfg: dict) -> None:
+    """Assembles the node's root under ``cfg['merged']`` and pivots into it."""
+    r = cfg["merged"]
+    socket.sethostname(cfg["hostname"])
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing propagates to the host; pivot_root needs it
+    mount("overlay", r, "overlay", 0,
+          f"lowerdir={cfg['lower']},upperdir={cfg['upper']},workdir={cfg['work']}")
+    for d in ("proc", "sys", "dev", "run", "tmp"):
+        os.makedirs(f"{r}/{d}", exist_ok=True)
+    mount("proc", f"{r}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("sysfs", f"{r}/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("tmpfs", f"{r}/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=1m")
+    old = os.umask(0)
+    for dev, major, minor in (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8),
+                              ("urandom", 1, 9), ("tty", 5, 0)):
+        os.mknod(f"{r}/dev/{dev}", stat.S_IFCHR | 0o666, os.makedev(major, minor))
+    os.umask(old)
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
+                         ("ptmx", "pts/ptmx")):
+        os.symlink(target, f"{r}/dev/{link}")
+    for d in ("pts", "shm", "mqueue"):
+        os.mkdir(f"{r}/dev/{d}")
+    mount("devpts", f"{r}/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+          "newinstance,ptmxmode=0666,mode=0620,gid=5")
+    mount("tmpfs", f"{r}/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+    mount("mqueue", f"{r}/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("tmpfs", f"{r}/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m")
+    mount("tmpfs", f"{r}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=512m")
+
+    # The image may be the host's root: cover the provider's state (other nodes, other clusters).
+    for path in cfg.get("hide", []):
+        if os.path.isdir(r + path):
+            mount("tmpfs", r + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "mode=0755,size=4k")
+
+    for src, dst in cfg.get("volumes", []):
+        os.makedirs(r + dst, exist_ok=True)
+        mount(src, r + dst, None, MS_BIND)
+
+    hosts = f"{r}/etc/hosts"
+    _replace_with_file(hosts, None)
+    mount(cfg["hosts"], hosts, None, MS_BIND)
+    mount(None, hosts, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+
+    # Per-boot identity, written into the root volume.
+    _replace_with_file(f"{r}/etc/hostname", cfg["hostname"] + "\n")
+    _replace_with_file(f"{r}/etc/resolv.conf",
+                       "# no nameserver: names come from /etc/hosts\noptions attempts:1 timeout:1\n")
+    users, groups = _ids(r)
+    for path, owner, mode in NODE_DIRS + RUN_DIRS:
+        _ensure_dir(r, path, owner, mode, users, groups)
+    # AWS's sample lifecycle scripts expect slurm.conf under /opt/slurm/etc.
+    if not os.path.lexists(f"{r}/opt/slurm/etc"):
+        os.makedirs(f"{r}/opt/slurm", exist_ok=True)
+        os.symlink("/etc/slurm", f"{r}/opt/slurm/etc")
+
+    os.chdir(r)
+    nr = SYS_PIVOT_ROOT.get(platform.machine())
+    if nr is None:
+        raise OSError(f"pivot_root: unsupported architecture {platform.machine()}")
+    _check(_libc.syscall(nr, b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "umount2 old root")
+    os.chdir("/")
+
+
+def reap_forever() -> None:
+    """PID 1 duty: reap re-parented daemons until SIGTERM/SIGINT (SIGKILL ends the node anyway)."""
+    sigs = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    while True:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        info = signal.sigtimedwait(sigs, 3600)
+        if info is not None and info.si_signo in (signal.SIGTERM, signal.SIGINT):
+            sys.exit(0)
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as fh:
+        cfg = json.load(fh)
+    try:
+        build_root(cfg)
+    except Exception as exc:  # noqa: BLE001 - reported to the provider through holder.log
+        print(f"slurmpod nodeinit: {exc}", file=sys.stderr, flush=True)
+        return 1
+    with open(READY_FILE, "w") as fh:
+        fh.write(cfg["token"])
+    os.closerange(3, 1024)
+    reap_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,347 @@
+"""``LocalProvider``: every instance is an isolated host on this machine.
+
+An instance = a network namespace with ``eth0`` on a per-cluster bridge, plus a holder process (PID 1 of
+new UTS, IPC, mount and PID namespaces) whose root is an overlay of the image (lower) and the instance's
+root volume (upper/work). See ``layout.py`` for the on-disk state and ``nodeinit.py`` for the node's
+filesystem. Instances survive the slurmpod process; a new provider object re-adopts them from ``meta.json``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from slurmpod.ids import hostname_for_ip
+from slurmpod.providers.base import (
+    InstanceRequest,
+    InsufficientCapacity,
+    PermanentProviderError,
+    ProviderInstance,
+    SetupError,
+    TemporaryProviderError,
+)
+from slurmpod.providers.local import holder, netns
+from slurmpod.providers.local.commands import host_run
+from slurmpod.providers.local.layout import Layout, bridge_name, link_alias, netns_name, veth_name
+from slurmpod.providers.local.runner import LocalRunner, nsenter_argv
+from slurmpod.providers.local.state import InstanceRecord, file_lock, read_json, rewrite_hosts, write_json
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_BAD_PATH_CHARS = re.compile(r"[\s,:=\\]")
+
+
+def _check_id(kind: str, value: str) -> None:
+    if not _ID_RE.match(value):
+        raise PermanentProviderError(f"invalid {kind} {value!r} for the local provider")
+
+
+class LocalProvider:
+    """Implements ``slurmpod.providers.base.Provider`` with namespaces and overlayfs on this host."""
+
+    name = "local"
+
+    def __init__(self, state_dir: Path, cidr: str = "10.231.0.0/16",
+                 capacity: Mapping[str, int] | None = None) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        if _BAD_PATH_CHARS.search(str(self.state_dir)):
+            raise SetupError(f"state dir {self.state_dir} must not contain spaces, ',', ':' or '='")
+        self.layout = Layout(self.state_dir)
+        self.cidr = cidr
+        self.capacity = dict(capacity or {})
+        self._alias = link_alias(self.state_dir)
+        self._popens: dict[str, subprocess.Popen[bytes]] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self.last_boot_seconds = 0.0  # duration of the most recent boot (network + holder + probe)
+
+    # ------------------------------------------------------------------ clusters
+
+    def prepare_cluster(self, cluster_id: str) -> None:
+        _check_id("cluster id", cluster_id)
+        with file_lock(self.layout.lock):
+            net = self._ensure_network_record(cluster_id)
+            self._ensure_bridge(net["bridge"], net["subnet"])
+            hosts = self.layout.hosts(cluster_id)
+            if not hosts.exists():
+                rewrite_hosts(hosts, {})
+            (self.layout.cluster(cluster_id) / "volumes").mkdir(parents=True, exist_ok=True)
+
+    def _ensure_network_record(self, cluster_id: str) -> dict:
+        path = self.layout.network(cluster_id)
+        net = read_json(path, None)
+        if net is not None:
+            return net
+        subnets: dict[str, str] = read_json(self.layout.subnets, {})
+        subnet = subnets.get(cluster_id)
+        if subnet is None:
+            subnet = netns.choose_subnet(self.cidr, cluster_id, set(subnets.values()), netns.host_routes())
+        bridge = bridge_name(cluster_id)
+        for other in subnets:
+            if other != cluster_id and bridge_name(other) == bridge:
+                raise PermanentProviderError(
+                    f"cluster ids {other} and {cluster_id} share bridge name {bridge}")
+        subnets[cluster_id] = subnet
+        write_json(self.layout.subnets, subnets)
+        net = {"subnet": subnet, "bridge": bridge, "next": netns.FIRST_HOST, "ips": {}}
+        write_json(path, net)
+        return net
+
+    def _ensure_bridge(self, bridge: str, subnet: str) -> None:
+        alias_file = Path("/sys/class/net", bridge, "ifalias")
+        if alias_file.exists():
+            current = alias_file.read_text().strip()
+            if current and current != self._alias:
+                raise PermanentProviderError(f"bridge {bridge} belongs to another state dir ({current})")
+            if current == self._alias:
+                host_run(["ip", "link", "set", bridge, "up"])
+                return
+        netns.ensure_bridge(bridge, subnet, self._alias)
+
+    def teardown_cluster(self, cluster_id: str) -> None:
+        _check_id("cluster id", cluster_id)
+        inst_dir = self.layout.instances(cluster_id)
+        if inst_dir.is_dir():
+            for d in sorted(inst_dir.iterdir()):
+                if d.is_dir():
+                    self.terminate(cluster_id, d.name)
+        with file_lock(self.layout.lock):
+            net = read_json(self.layout.network(cluster_id), None)
+            bridge = net["bridge"] if net else bridge_name(cluster_id)
+            alias_file = Path("/sys/class/net", bridge, "ifalias")
+            if alias_file.exists() and alias_file.read_text().strip() in ("", self._alias):
+                netns.delete_link(bridge)
+            subnets = read_json(self.layout.subnets, {})
+            if subnets.pop(cluster_id, None) is not None:
+                write_json(self.layout.subnets, subnets)
+            shutil.rmtree(self.layout.cluster(cluster_id), ignore_errors=True)
+
+    # ------------------------------------------------------------------ instances
+
+    def launch(self, request: InstanceRequest) -> ProviderInstance:
+        _check_id("cluster id", request.cluster_id)
+        _check_id("instance id", request.instance_id)
+        self._check_image(request.image_root)
+        for vol in request.volumes:
+            _check_id("volume name", vol.name)
+            if not vol.path.startswith("/") or _BAD_PATH_CHARS.search(vol.path):
+                raise PermanentProviderError(f"invalid volume path {vol.path!r}")
+        with self._instance_lock(request.instance_id):
+            meta = self._meta(request.cluster_id, request.instance_id)
+            rec = InstanceRecord.load(meta)
+            if rec is not None:
+                if self._alive(rec):
+                    return self._describe(rec, True)
+                self._stop(rec)  # known but not running (e.g. crashed mid-launch): boot it again
+                self._boot(rec)
+                return self._describe(rec, True)
+            self.prepare_cluster(request.cluster_id)
+            rec = self._create_record(request)
+            try:
+                self._boot(rec)
+            except BaseException:
+                self._destroy(rec)
+                raise
+            return self._describe(rec, True)
+
+    def _create_record(self, request: InstanceRequest) -> InstanceRecord:
+        """Capacity check, address allocation and the instance record, atomically."""
+        cid, iid = request.cluster_id, request.instance_id
+        with file_lock(self.layout.lock):
+            limit = self.capacity.get(request.instance_type)
+            if limit is not None and self._count_type(request.instance_type, exclude=iid) >= limit:
+                raise InsufficientCapacity(request.instance_type)
+            net = read_json(self.layout.network(cid), None)
+            if net is None:
+                raise TemporaryProviderError(f"cluster {cid} is not prepared")
+            ip, nxt = netns.allocate_ip(net["subnet"], set(net["ips"].values()), net["next"])
+            net["ips"][iid] = ip
+            net["next"] = nxt
+            rec = InstanceRecord(
+                cluster_id=cid, instance_id=iid, group=request.group, instance_type=request.instance_type,
+                image_id=request.image_id, image_root=request.image_root,
+                volumes=[[v.name, v.path] for v in request.volumes], ip=ip, hostname=hostname_for_ip(ip),
+                netns=netns_name(cid, iid), veth=veth_name(ip), labels=dict(request.labels),
+            )
+            inst = self.layout.instance(cid, iid)
+            for sub in ("upper", "work", "mnt"):
+                (inst / sub).mkdir(parents=True, exist_ok=True)
+            rec.save(inst / "meta.json")
+            write_json(self.layout.network(cid), net)
+            self._write_hosts(cid, net)
+        return rec
+
+    def _count_type(self, instance_type: str, exclude: str) -> int:
+        """Instances of ``instance_type`` in every cluster that are running or still launching."""
+        count = 0
+        for meta in self.layout.clusters.glob("*/instances/*/meta.json"):
+            rec = InstanceRecord.load(meta)
+            if rec is None or rec.instance_id == exclude or rec.instance_type != instance_type:
+                continue
+            if rec.holder_pid == 0 or self._alive(rec):
+                count += 1
+        return count
+
+    def _boot(self, rec: InstanceRecord) -> None:
+        """Network (idempotent) + a new holder over the record's root volume; waits until the runner works."""
+        t0 = time.monotonic()
+        net = read_json(self.layout.network(rec.cluster_id), None)
+        if net is None:
+            raise TemporaryProviderError(f"cluster {rec.cluster_id} has no network")
+        self._ensure_bridge(net["bridge"], net["subnet"])
+        netns.ensure_instance_net(rec.netns, rec.veth, rec.ip, net["subnet"], net["bridge"], self._alias)
+        inst = self.layout.instance(rec.cluster_id, rec.instance_id)
+        for sub in ("upper", "work", "mnt"):
+            (inst / sub).mkdir(parents=True, exist_ok=True)
+        volumes = []
+        for name, path in rec.volumes:
+            src = self.layout.volume(rec.cluster_id, name)
+            src.mkdir(parents=True, exist_ok=True)
+            volumes.append([str(src), path])
+        cfg = {
+            "hostname": rec.hostname,
+            "lower": rec.image_root,
+            "upper": str(inst / "upper"),
+            "work": str(inst / "work"),
+            "merged": str(inst / "mnt"),
+            "hosts": str(self.layout.hosts(rec.cluster_id)),
+            "volumes": volumes,
+            "hide": [str(self.state_dir)],
+        }
+        boot = holder.start(rec.netns, cfg, inst)
+        self._popens[rec.instance_id] = boot.popen
+        rec.holder_pid, rec.holder_start = boot.holder_pid, boot.holder_start
+        rec.unshare_pid, rec.unshare_start = boot.unshare_pid, boot.unshare_start
+        rec.mntns, rec.netns_inode = boot.mntns, boot.netns_inode
+        rec.boots += 1
+        rec.save(inst / "meta.json")
+        probe = subprocess.run([*nsenter_argv(rec.holder_pid), "--", "true"], capture_output=True,
+                               timeout=10, stdin=subprocess.DEVNULL)
+        if probe.returncode != 0:
+            raise TemporaryProviderError(f"node {rec.instance_id} booted but nsenter failed: "
+                                         f"{probe.stderr.decode(errors='replace').strip()}")
+        self.last_boot_seconds = time.monotonic() - t0
+
+    def _stop(self, rec: InstanceRecord) -> None:
+        holder.stop(rec.holder_pid, rec.holder_start, rec.unshare_pid, rec.unshare_start, rec.mntns,
+                    popen=self._popens.pop(rec.instance_id, None))
+        rec.holder_pid, rec.holder_start, rec.unshare_pid, rec.unshare_start = 0, "", 0, ""
+        rec.mntns, rec.netns_inode = "", 0
+        meta = self._meta(rec.cluster_id, rec.instance_id)
+        if meta.exists():
+            # Stopped, not launching: holder_pid stays 0, so mark the record with a non-zero sentinel.
+            rec.holder_pid = -1
+            rec.save(meta)
+
+    def _destroy(self, rec: InstanceRecord) -> None:
+        """Everything of one instance: processes, namespaces, address, hosts line, root volume."""
+        self._stop(rec)
+        netns.delete_instance_net(rec.netns, rec.veth)
+        with file_lock(self.layout.lock):
+            net = read_json(self.layout.network(rec.cluster_id), None)
+            if net is not None and rec.instance_id in net["ips"]:
+                del net["ips"][rec.instance_id]
+                write_json(self.layout.network(rec.cluster_id), net)
+                self._write_hosts(rec.cluster_id, net)
+            shutil.rmtree(self.layout.instance(rec.cluster_id, rec.instance_id), ignore_errors=True)
+
+    def terminate(self, cluster_id: str, instance_id: str) -> None:
+        _check_id("cluster id", cluster_id)
+        _check_id("instance id", instance_id)
+        with self._instance_lock(instance_id):
+            rec = InstanceRecord.load(self._meta(cluster_id, instance_id))
+            if rec is None:
+                # Unknown, or a launch that died before writing its record: remove what its name implies.
+                netns.delete_instance_net(netns_name(cluster_id, instance_id), "")
+                shutil.rmtree(self.layout.instance(cluster_id, instance_id), ignore_errors=True)
+                return
+            self._destroy(rec)
+
+    def reboot(self, cluster_id: str, instance_id: str) -> ProviderInstance:
+        with self._instance_lock(instance_id):
+            rec = self._require(cluster_id, instance_id)
+            self._stop(rec)
+            self._boot(rec)
+            return self._describe(rec, True)
+
+    def replace_root_volume(self, request: InstanceRequest) -> ProviderInstance:
+        self._check_image(request.image_root)
+        with self._instance_lock(request.instance_id):
+            rec = self._require(request.cluster_id, request.instance_id)
+            self._stop(rec)
+            inst = self.layout.instance(rec.cluster_id, rec.instance_id)
+            for sub in ("upper", "work", "mnt"):
+                shutil.rmtree(inst / sub, ignore_errors=True)
+                (inst / sub).mkdir(parents=True)
+            rec.image_id, rec.image_root = request.image_id, request.image_root
+            rec.volumes = [[v.name, v.path] for v in request.volumes]
+            self._boot(rec)
+            return self._describe(rec, True)
+
+    def list_instances(self, cluster_id: str) -> list[ProviderInstance]:
+        _check_id("cluster id", cluster_id)
+        result = []
+        for meta in sorted(self.layout.instances(cluster_id).glob("*/meta.json")):
+            rec = InstanceRecord.load(meta)
+            if rec is not None:
+                result.append(self._describe(rec, self._alive(rec)))
+        return result
+
+    def runner(self, cluster_id: str, instance_id: str) -> LocalRunner:
+        _check_id("cluster id", cluster_id)
+        _check_id("instance id", instance_id)
+
+        def resolve() -> int:
+            rec = InstanceRecord.load(self._meta(cluster_id, instance_id))
+            if rec is None:
+                raise TemporaryProviderError(f"instance {instance_id} does not exist")
+            if not self._alive(rec):
+                raise TemporaryProviderError(f"instance {instance_id} is not running")
+            return rec.holder_pid
+
+        return LocalRunner(resolve)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _meta(self, cluster_id: str, instance_id: str) -> Path:
+        return self.layout.instance(cluster_id, instance_id) / "meta.json"
+
+    def _require(self, cluster_id: str, instance_id: str) -> InstanceRecord:
+        _check_id("cluster id", cluster_id)
+        _check_id("instance id", instance_id)
+        rec = InstanceRecord.load(self._meta(cluster_id, instance_id))
+        if rec is None:
+            raise PermanentProviderError(f"instance {instance_id} does not exist in cluster {cluster_id}")
+        return rec
+
+    def _alive(self, rec: InstanceRecord) -> bool:
+        popen = self._popens.get(rec.instance_id)
+        if popen is not None and popen.poll() is not None:  # reap an unshare whose node died
+            self._popens.pop(rec.instance_id, None)
+        if not holder.is_running(rec.holder_pid, rec.holder_start):
+            return False
+        inode = netns.netns_inode(rec.netns)
+        return inode != 0 and inode == rec.netns_inode == holder.ns_inode(rec.holder_pid, "net")
+
+    def _describe(self, rec: InstanceRecord, alive: bool) -> ProviderInstance:
+        return ProviderInstance(cluster_id=rec.cluster_id, instance_id=rec.instance_id, group=rec.group,
+                                ip=rec.ip, hostname=rec.hostname, alive=alive)
+
+    def _write_hosts(self, cluster_id: str, net: dict) -> None:
+        rewrite_hosts(self.layout.hosts(cluster_id), {ip: hostname_for_ip(ip) for ip in net["ips"].values()})
+
+    def _instance_lock(self, instance_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(instance_id, threading.Lock())
+
+    @staticmethod
+    def _check_image(image_root: str) -> None:
+        if not Path(image_root).is_dir():
+            raise PermanentProviderError(f"image root {image_root} is not a directory")
+        if _BAD_PATH_CHARS.search(image_root):
+            raise PermanentProviderError(
+                f"image root {image_root!r} must not contain spaces, ',', ':' or '='")

@@ -1,0 +1,83 @@
+"""``CommandRunner`` for local nodes: ``nsenter`` into all of the holder's namespaces."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+
+from slurmpod.providers.base import CommandResult, TemporaryProviderError
+
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+BASE_ENV = {"PATH": NODE_PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
+            "SHELL": "/bin/bash"}
+
+
+def nsenter_argv(holder_pid: int) -> list[str]:
+    """Enter net, UTS, IPC, mount (pivoted root) and PID namespaces of the node."""
+    return ["nsenter", "-t", str(holder_pid), "-n", "-u", "-i", "-m", "-p"]
+
+
+class LocalRunner:
+    """Runs argv lists inside one node as root.
+
+    ``resolve`` returns the node's current holder PID (it changes on reboot) or raises
+    ``TemporaryProviderError`` when the node is not running.
+    """
+
+    def __init__(self, resolve: Callable[[], int]) -> None:
+        self._resolve = resolve
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> CommandResult:
+        if not argv:
+            raise ValueError("empty argv")
+        pid = self._resolve()
+        full_env = dict(BASE_ENV)
+        full_env.update(env or {})
+        inner = ["env", "-C", cwd, "--", *argv] if cwd else list(argv)
+        cmd = [*nsenter_argv(pid), "--", *inner]
+        # Output goes to files, not pipes: a daemon started by the command may keep its stdio open,
+        # and we must return when the command itself exits.
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                    stdout=out, stderr=err, env=full_env, cwd="/", start_new_session=True)
+            try:
+                proc.communicate(input=input, timeout=timeout)
+            except subprocess.TimeoutExpired as exc:
+                _kill_group(proc)
+                raise TemporaryProviderError(f"timed out after {timeout}s in node: {' '.join(argv)}") from exc
+            out.seek(0)
+            err.seek(0)
+            stdout = out.read().decode(errors="replace")
+            stderr = err.read().decode(errors="replace")
+        if proc.returncode != 0 and stderr.startswith("nsenter:"):
+            # The node vanished between resolve() and nsenter (e.g. killed): not the command's failure.
+            raise TemporaryProviderError(f"node unreachable: {stderr.strip()}")
+        return CommandResult(returncode=proc.returncode, stdout=stdout, stderr=stderr)
+
+    def interactive_argv(self, argv: Sequence[str]) -> list[str]:
+        pid = self._resolve()
+        env = [f"{k}={v}" for k, v in (("PATH", NODE_PATH), ("HOME", "/root"))]
+        return [*nsenter_argv(pid), "--", "env", *env, *argv]
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kills nsenter *and* the command it forked inside the node (same process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        pass

@@ -1,0 +1,152 @@
+"""The simulated provider: launch/terminate with configurable delays, a capacity table and seeded failures.
+
+Instances are kept in memory and in an append-only journal (``<state>/simulated/journal``) so a restarted
+server re-adopts them and tests can prove nothing was launched twice (``launch_counts``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import random
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from slurmpod.ids import hostname_for_ip
+from slurmpod.providers.base import (
+    CommandResult,
+    InstanceRequest,
+    InsufficientCapacity,
+    PermanentProviderError,
+    ProviderInstance,
+)
+
+
+class SimulatedRunner:
+    """Runs nothing; answers every command with success (labelled)."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> CommandResult:
+        return CommandResult(0, "", "")
+
+    def interactive_argv(self, argv: Sequence[str]) -> list[str]:
+        return ["echo", "simulated instance: no shell available"]
+
+
+class SimulatedProvider:
+    name = "simulated"
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        capacity: Mapping[str, int] | None = None,
+        launch_delay: float = 0.0,
+        terminate_delay: float = 0.0,
+        fail_rate: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        self.dir = state_dir / "simulated"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.journal = self.dir / "journal"
+        self.capacity = dict(capacity or {})
+        self.launch_delay = launch_delay
+        self.terminate_delay = terminate_delay
+        self.fail_rate = fail_rate
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.instances: dict[str, ProviderInstance] = {}
+        self.types: dict[str, str] = {}
+        self.launch_counts: dict[str, int] = {}
+        self._next_ip = int(ipaddress.IPv4Address("10.200.0.10"))
+        self._load()
+
+    def _load(self) -> None:
+        if not self.journal.exists():
+            return
+        for line in self.journal.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "launch":
+                _, cid, iid, group, ip, itype = parts[:6]
+                self.instances[iid] = ProviderInstance(cid, iid, group, ip, hostname_for_ip(ip), True)
+                self.types[iid] = itype
+                self.launch_counts[iid] = self.launch_counts.get(iid, 0) + 1
+                self._next_ip = max(self._next_ip, int(ipaddress.IPv4Address(ip)) + 1)
+            elif len(parts) >= 2 and parts[0] == "terminate":
+                self.instances.pop(parts[1], None)
+
+    def _append(self, line: str) -> None:
+        with self.journal.open("a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def prepare_cluster(self, cluster_id: str) -> None:
+        return None
+
+    def launch(self, request: InstanceRequest) -> ProviderInstance:
+        with self._lock:
+            existing = self.instances.get(request.instance_id)
+            if existing is not None:
+                return existing
+            limit = self.capacity.get(request.instance_type)
+            if limit is not None:
+                used = sum(1 for i, t in self.types.items() if t == request.instance_type and i in self.instances)
+                if used >= limit:
+                    raise InsufficientCapacity(request.instance_type)
+            fail = self.fail_rate > 0 and self._rng.random() < self.fail_rate
+        if self.launch_delay:
+            time.sleep(self.launch_delay)
+        if fail:
+            raise PermanentProviderError("simulated launch failure (injected)")
+        with self._lock:
+            ip = str(ipaddress.IPv4Address(self._next_ip))
+            self._next_ip += 1
+            inst = ProviderInstance(request.cluster_id, request.instance_id, request.group, ip, hostname_for_ip(ip), True)
+            self._append(f"launch {request.cluster_id} {request.instance_id} {request.group} {ip} {request.instance_type}")
+            self.instances[request.instance_id] = inst
+            self.types[request.instance_id] = request.instance_type
+            self.launch_counts[request.instance_id] = self.launch_counts.get(request.instance_id, 0) + 1
+            return inst
+
+    def terminate(self, cluster_id: str, instance_id: str) -> None:
+        if self.terminate_delay:
+            time.sleep(self.terminate_delay)
+        with self._lock:
+            if self.instances.pop(instance_id, None) is not None:
+                self._append(f"terminate {instance_id}")
+
+    def reboot(self, cluster_id: str, instance_id: str) -> ProviderInstance:
+        return self.instances[instance_id]
+
+    def replace_root_volume(self, request: InstanceRequest) -> ProviderInstance:
+        return self.instances[request.instance_id]
+
+    def list_instances(self, cluster_id: str) -> list[ProviderInstance]:
+        with self._lock:
+            return [i for i in self.instances.values() if i.cluster_id == cluster_id]
+
+    def runner(self, cluster_id: str, instance_id: str) -> SimulatedRunner:
+        return SimulatedRunner()
+
+    def teardown_cluster(self, cluster_id: str) -> None:
+        for inst in self.list_instances(cluster_id):
+            self.terminate(cluster_id, inst.instance_id)
+
+    def kill(self, instance_id: str) -> None:
+        """Test hook: the instance dies (alive=False) without slurmpod doing it."""
+        with self._lock:
+            inst = self.instances.get(instance_id)
+            if inst is not None:
+                self.instances[instance_id] = ProviderInstance(
+                    inst.cluster_id, inst.instance_id, inst.group, inst.ip, inst.hostname, False
+                )

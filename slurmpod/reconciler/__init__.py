@@ -1,0 +1,1 @@
+"""observe -> plan (pure) -> apply; level-triggered, restart-safe, one owner per cluster."""

@@ -1,0 +1,305 @@
+"""The reconcile loop: observe (store + in-flight work) -> plan (pure) -> apply (store writes, workers).
+
+Slow work (booting a node, removing one, rewriting slurm.conf, tearing a cluster down) runs in a worker
+pool; each worker checkpoints progress in the store (node boot phases), so a server killed at any moment
+resumes from the last completed step and never launches an instance twice (instance ids are recorded
+before any launch, and providers are idempotent on them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from slurmpod import ids
+from slurmpod.clock import Clock
+from slurmpod.domain import events as ev
+from slurmpod.domain.model import PHASES, ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, check_cluster_transition
+from slurmpod.errors import VersionConflict
+from slurmpod.reconciler import plan as p
+from slurmpod.reconciler.runtime import ClusterRuntime, NodeBootError
+from slurmpod.store.sql import SqlStore
+
+log = logging.getLogger("slurmpod.reconciler")
+
+MAX_BACKOFF = 300.0
+
+
+class Reconciler:
+    def __init__(
+        self,
+        store: SqlStore,
+        runtime: ClusterRuntime,
+        clock: Clock,
+        *,
+        interval: float = 2.0,
+        max_workers: int = 8,
+        image: tuple[str, str] = ("ami-00000000000000000", "0.0.0"),
+    ) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.clock = clock
+        self.interval = interval
+        self.image_id, self.image_release = image
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="slurmpod-work")
+        self._busy: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.passes = 0
+        self.last_pass_seconds = 0.0
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="slurmpod-reconciler", daemon=True)
+        self._thread.start()
+
+    def stop(self, wait: bool = True) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and wait:
+            self._thread.join(timeout=30)
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not any(self._busy.values())
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.run_once()
+            except Exception:  # the one catch-all at the loop top: log and keep reconciling
+                log.exception("reconcile pass failed")
+            self._wake.wait(self.interval)
+
+    def run_once(self) -> None:
+        import time
+
+        started = time.monotonic()
+        for cluster_id in self.store.cluster_ids():
+            try:
+                self._reconcile(cluster_id)
+            except VersionConflict:
+                self._wake.set()  # someone else wrote; plan again soon
+            except Exception:
+                log.exception("reconciling cluster %s failed", cluster_id)
+        self.passes += 1
+        self.last_pass_seconds = time.monotonic() - started
+
+    # ---- one cluster ----------------------------------------------------------------------------
+
+    def _busy_for(self, cluster_id: str) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._busy.get(cluster_id, ()))
+
+    def _submit(self, cluster_id: str, key: str, fn: Callable[[], None]) -> None:
+        with self._lock:
+            busy = self._busy.setdefault(cluster_id, set())
+            if key in busy:
+                return
+            busy.add(key)
+
+        def run() -> None:
+            try:
+                fn()
+            except Exception:
+                log.exception("work item %s of cluster %s failed", key, cluster_id)
+            finally:
+                with self._lock:
+                    self._busy.get(cluster_id, set()).discard(key)
+                self._wake.set()
+
+        self._pool.submit(run)
+
+    def _reconcile(self, cluster_id: str) -> None:
+        cluster = self.store.get_cluster(cluster_id)
+        if cluster is None:
+            return
+        nodes = tuple(self.store.list_nodes(cluster_id))
+        obs = p.Observation(
+            cluster=cluster,
+            nodes=nodes,
+            busy=self._busy_for(cluster_id),
+            now=self.clock.now(),
+            desired_topology=self.runtime.desired_topology(cluster),
+        )
+        by_id = {n.instance_id: n for n in nodes}
+        for action in p.plan(obs):
+            if isinstance(action, p.CreateNodes):
+                self._create_nodes(cluster, action)
+            elif isinstance(action, p.BootNode):
+                self._submit(cluster_id, action.instance_id, lambda i=action.instance_id: self._boot(cluster_id, i))
+            elif isinstance(action, p.RemoveNode):
+                self._start_removal(cluster, by_id[action.instance_id], action.reason, obs.busy)
+            elif isinstance(action, p.ApplyTopology):
+                self._submit(cluster_id, "topology", lambda: self._apply_topology(cluster_id))
+            elif isinstance(action, p.SetStatus):
+                cluster = self._set_status(cluster, action)
+            elif isinstance(action, p.FinishDelete):
+                self._submit(cluster_id, "delete", lambda: self._finish_delete(cluster_id))
+
+    def _event(self, cluster: ClusterRecord, draft: ev.EventDraft) -> EventRecord:
+        return ev.finish(draft, cluster, ids.new_event_id(), self.clock.now())
+
+    def _create_nodes(self, cluster: ClusterRecord, action: p.CreateNodes) -> None:
+        seq = self.store.max_node_seq(cluster.cluster_id)
+        now = self.clock.now()
+        recs = []
+        for _ in range(action.count):
+            seq += 1
+            recs.append(
+                NodeRecord(
+                    instance_id=ids.new_instance_id(),
+                    cluster_id=cluster.cluster_id,
+                    group=action.group,
+                    seq=seq,
+                    status=InstanceStatus.PENDING,
+                    launch_time=now,
+                    logical_id=f"{action.group}-{seq}",
+                    image_id=self.image_id,
+                    image_release=self.image_release,
+                    lifecycle_digest=cluster.lifecycle_snapshots.get(action.group),
+                )
+            )
+        started = self._event(
+            cluster,
+            ev.instance_event(
+                f"Instance creation started successfully in Cluster {cluster.name} and IG {action.group}",
+                action.group, None,
+            ),
+        )
+        self.store.add_nodes(recs, [started])
+        log.info("cluster %s: %d new instance(s) in %s", cluster.name, action.count, action.group)
+
+    def _start_removal(self, cluster: ClusterRecord, node: NodeRecord, reason: str, busy: frozenset[str]) -> None:
+        if node.instance_id in busy:
+            return
+        if node.status != InstanceStatus.SHUTTING_DOWN:
+            upd = replace(node, status=InstanceStatus.SHUTTING_DOWN, message=reason)
+            node = self.store.update_node(
+                upd, [self._event(cluster, ev.instance_terminating(cluster.name, node.group, node.instance_id))]
+            )
+            log.info("node %s (%s): %s -> ShuttingDown (%s)", node.instance_id, node.group, "…", reason)
+        self._submit(cluster.cluster_id, node.instance_id, lambda: self._remove(cluster.cluster_id, node.instance_id))
+
+    def _set_status(self, cluster: ClusterRecord, action: p.SetStatus) -> ClusterRecord:
+        check_cluster_transition(cluster.status, action.status)
+        upd = replace(cluster, status=action.status, failure_message=action.failure_message)
+        if action.spec is not None:
+            upd = replace(upd, spec=action.spec)
+        if action.mark_good:
+            upd = replace(upd, last_good_spec=upd.spec)
+        stored = self.store.update_cluster(upd, [self._event(upd, d) for d in action.events])
+        log.info("cluster %s: %s -> %s%s", cluster.name, cluster.status.value, action.status.value,
+                 f" ({action.failure_message})" if action.failure_message else "")
+        return stored
+
+    # ---- workers --------------------------------------------------------------------------------
+
+    def _update_cluster_with(self, cluster_id: str, change: Callable[[ClusterRecord], ClusterRecord | None]) -> None:
+        for _ in range(20):
+            cur = self.store.get_cluster(cluster_id)
+            if cur is None:
+                return
+            new = change(cur)
+            if new is None:
+                return
+            try:
+                self.store.update_cluster(new)
+                return
+            except VersionConflict:
+                continue
+
+    def _boot(self, cluster_id: str, instance_id: str) -> None:
+        for phase in PHASES:
+            node = self.store.get_node(instance_id)
+            cluster = self.store.get_cluster(cluster_id)
+            if node is None or cluster is None or node.status != InstanceStatus.PENDING:
+                return
+            if phase in node.phases:
+                continue
+            try:
+                result: dict[str, Any] = dict(
+                    self.runtime.boot_step(cluster, node, phase, self.store.list_nodes(cluster_id))
+                )
+            except NodeBootError as exc:
+                self._boot_failed(cluster, node, exc)
+                return
+            except Exception as exc:
+                log.exception("boot of %s failed in phase %s", instance_id, phase)
+                self._boot_failed(cluster, node, NodeBootError(f"internal error during {phase}: {exc}"))
+                return
+            topology = result.pop("applied_topology", None)
+            node = self.store.update_node(replace(node, phases=(*node.phases, phase), **result))
+            if topology:
+                self._update_cluster_with(cluster_id, lambda c, t=topology: replace(c, applied_topology=t))
+        node = self.store.get_node(instance_id)
+        cluster = self.store.get_cluster(cluster_id)
+        if node is None or cluster is None or node.status != InstanceStatus.PENDING:
+            return
+        self.store.update_node(
+            replace(node, status=InstanceStatus.RUNNING, message=None),
+            [self._event(cluster, ev.instance_provisioned(cluster.name, node.group, node.instance_id))],
+        )
+        log.info("node %s (%s %s): Pending -> Running", instance_id, node.group, node.hostname)
+
+    def _boot_failed(self, cluster: ClusterRecord, node: NodeRecord, exc: NodeBootError) -> None:
+        if exc.retryable and cluster.spec.continuous:
+            delay = min(MAX_BACKOFF, exc.delay * (2 ** min(node.attempts, 8)))
+            self.store.update_node(
+                replace(node, attempts=node.attempts + 1, next_attempt=self.clock.now() + delay, message=exc.message),
+                [self._event(cluster, ev.instance_event(
+                    f"Instance launch in Cluster {cluster.name} and IG {node.group} will be retried in "
+                    f"{int(delay)} s", node.group, node.instance_id, level=EventLevel.WARN, failure=exc.message))],
+            )
+            return
+        self.store.update_node(
+            replace(node, status=InstanceStatus.FAILURE, message=exc.message, attempts=node.attempts + 1),
+            [self._event(cluster, ev.instance_failed(cluster.name, node.group, node.instance_id, exc.message))],
+        )
+        log.info("node %s (%s): Pending -> Failure (%s)", node.instance_id, node.group, exc.message)
+
+    def _remove(self, cluster_id: str, instance_id: str) -> None:
+        node = self.store.get_node(instance_id)
+        cluster = self.store.get_cluster(cluster_id)
+        if node is None or cluster is None:
+            return
+        self.runtime.remove_node(cluster, node, self.store.list_nodes(cluster_id))
+        self.store.delete_node(instance_id)
+        log.info("node %s (%s): ShuttingDown -> terminated", instance_id, node.group)
+
+    def _apply_topology(self, cluster_id: str) -> None:
+        cluster = self.store.get_cluster(cluster_id)
+        if cluster is None:
+            return
+        digest = self.runtime.apply_topology(cluster, self.store.list_nodes(cluster_id))
+        self._update_cluster_with(cluster_id, lambda c: replace(c, applied_topology=digest))
+        self.store.add_events([self._event(cluster, ev.EventDraft(
+            ev.ResourceType.CLUSTER, EventLevel.INFO,
+            "Slurm was reconfigured successfully. Slurm config updated to match desired state"))])
+        log.info("cluster %s: slurm topology applied (%s)", cluster.name, digest[:12])
+
+    def _finish_delete(self, cluster_id: str) -> None:
+        cluster = self.store.get_cluster(cluster_id)
+        if cluster is None or cluster.status != ClusterStatus.DELETING:
+            return
+        if self.store.list_nodes(cluster_id):
+            return
+        self.runtime.teardown_cluster(cluster)
+        self.store.delete_cluster(cluster_id)
+        log.info("cluster %s: Deleting -> deleted", cluster.name)

@@ -1,0 +1,184 @@
+"""The pure heart of the reconciler: given what the store says and what is in flight, decide what to do.
+
+``plan`` reads nothing but its arguments and returns a list of actions; ``loop.py`` applies them. Every
+pass starts from scratch (level-triggered), so a restarted server simply plans again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from slurmpod.domain import events as ev
+from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.spec import ClusterSpec
+from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, NodeType
+
+
+@dataclass(frozen=True)
+class CreateNodes:
+    group: str
+    count: int
+
+
+@dataclass(frozen=True)
+class BootNode:
+    instance_id: str
+
+
+@dataclass(frozen=True)
+class RemoveNode:
+    instance_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ApplyTopology:
+    digest: str
+
+
+@dataclass(frozen=True)
+class SetStatus:
+    status: ClusterStatus
+    failure_message: str | None = None
+    spec: ClusterSpec | None = None  # replace the desired spec (rollback to the last good one)
+    mark_good: bool = False  # the current spec becomes the last InService spec
+    events: tuple[ev.EventDraft, ...] = ()
+
+
+@dataclass(frozen=True)
+class FinishDelete:
+    pass
+
+
+Action = CreateNodes | BootNode | RemoveNode | ApplyTopology | SetStatus | FinishDelete
+
+MAX_ROLLBACK_RELAUNCHES = 3
+
+
+@dataclass(frozen=True)
+class Observation:
+    cluster: ClusterRecord
+    nodes: tuple[NodeRecord, ...]
+    busy: frozenset[str]  # instance ids (and "topology") with work in flight
+    now: float
+    desired_topology: str  # digest of the slurm.conf the current spec needs
+
+
+def _controllers_ready(spec: ClusterSpec, nodes: Sequence[NodeRecord]) -> bool:
+    """Whether non-controller nodes may boot: a controller is Running (legacy clusters have no roles)."""
+    ctl_groups = {g.name for g in spec.groups_of(NodeType.CONTROLLER)}
+    if not ctl_groups:
+        return True
+    return any(n.group in ctl_groups and n.status == InstanceStatus.RUNNING for n in nodes)
+
+
+def _removal_order(nodes: Sequence[NodeRecord]) -> list[NodeRecord]:
+    """Unhealthy first, then the newest."""
+    return sorted(nodes, key=lambda n: (n.status != InstanceStatus.FAILURE, -n.seq))
+
+
+def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
+    """Actions that move the nodes toward ``spec``; also whether everything already matches it."""
+    actions: list[Action] = []
+    nodes = [n for n in obs.nodes if n.active]
+    converged = True
+    wanted = {g.name: g for g in spec.instance_groups}
+    for n in nodes:
+        if n.group not in wanted:
+            actions.append(RemoveNode(n.instance_id, "instance group deleted"))
+            converged = False
+    ctl_ready = _controllers_ready(spec, obs.nodes)
+    topology_ok = obs.cluster.applied_topology == obs.desired_topology
+    ctl_groups = {g.name for g in spec.groups_of(NodeType.CONTROLLER)}
+    if ctl_ready and not topology_ok and "topology" not in obs.busy:
+        actions.append(ApplyTopology(obs.desired_topology))
+    for g in spec.instance_groups:
+        mine = [n for n in nodes if n.group == g.name]
+        is_ctl = g.name in ctl_groups
+        if len(mine) < g.instance_count and (is_ctl or ctl_ready):
+            actions.append(CreateNodes(g.name, g.instance_count - len(mine)))
+        if len(mine) > g.instance_count:
+            for n in _removal_order(mine)[: len(mine) - g.instance_count]:
+                actions.append(RemoveNode(n.instance_id, f"instance group {g.name} scaled down"))
+        if len(mine) != g.instance_count:
+            converged = False
+        for n in mine:
+            if n.status == InstanceStatus.PENDING:
+                converged = False
+                may_boot = is_ctl or (ctl_ready and topology_ok)
+                if may_boot and n.instance_id not in obs.busy and n.next_attempt <= obs.now:
+                    actions.append(BootNode(n.instance_id))
+            elif n.status != InstanceStatus.RUNNING:
+                converged = False
+    for n in obs.nodes:
+        if not n.active:
+            converged = False
+            if n.instance_id not in obs.busy:
+                actions.append(RemoveNode(n.instance_id, n.message or "removal in progress"))
+    if not topology_ok and any(g.node_type is not None for g in spec.instance_groups):
+        converged = False
+    return actions, converged
+
+
+def _failure_text(failed: Sequence[NodeRecord]) -> str:
+    parts = [f"Instance {n.instance_id} in instance group {n.group} failed: {n.message or 'unknown cause'}"
+             for n in failed]
+    return "; ".join(parts)
+
+
+def plan(obs: Observation) -> list[Action]:
+    c = obs.cluster
+    st = c.status
+    if st == ClusterStatus.DELETING:
+        actions: list[Action] = [
+            RemoveNode(n.instance_id, "cluster deleted")
+            for n in obs.nodes
+            if n.instance_id not in obs.busy and (n.active or n.status == InstanceStatus.SHUTTING_DOWN)
+        ]
+        if not obs.nodes and not obs.busy:
+            actions.append(FinishDelete())
+        return actions
+    if st == ClusterStatus.FAILED:
+        return []
+    if st == ClusterStatus.ROLLING_BACK and c.last_good_spec is None:
+        # A failed creation: release every instance, then Failed.
+        actions = [RemoveNode(n.instance_id, "cluster creation rolled back") for n in obs.nodes
+                   if n.instance_id not in obs.busy]
+        if not obs.nodes and not obs.busy:
+            actions.append(SetStatus(ClusterStatus.FAILED, c.failure_message, events=(
+                ev.cluster_event(c.name, "creation", "failed", level=EventLevel.ERROR, failure=c.failure_message),
+            )))
+        return actions
+
+    failed = [n for n in obs.nodes if n.active and n.status == InstanceStatus.FAILURE]
+    if failed and st == ClusterStatus.CREATING:
+        msg = _failure_text(failed)
+        return [SetStatus(ClusterStatus.ROLLING_BACK, msg, events=(
+            ev.cluster_event(c.name, "creation", "failed", level=EventLevel.ERROR, failure=msg),
+        ))]
+    if failed and st == ClusterStatus.UPDATING and c.last_good_spec is not None:
+        msg = _failure_text(failed)
+        return [SetStatus(ClusterStatus.ROLLING_BACK, msg, spec=c.last_good_spec, events=(
+            ev.cluster_event(c.name, "update", "failed", level=EventLevel.ERROR, failure=msg),
+        ))]
+
+    actions, converged = _converge(obs, c.spec)
+    if failed:
+        # Rolling back an update, or a node that died while InService: replace it (bounded while rolling back).
+        for n in failed:
+            if st != ClusterStatus.ROLLING_BACK or n.attempts < MAX_ROLLBACK_RELAUNCHES:
+                actions.append(RemoveNode(n.instance_id, n.message or "failed"))
+        converged = False
+    if converged and st == ClusterStatus.CREATING:
+        actions.append(SetStatus(ClusterStatus.IN_SERVICE, None, mark_good=True,
+                                 events=(ev.cluster_event(c.name, "creation", "completed"),)))
+    elif converged and st == ClusterStatus.UPDATING:
+        actions.append(SetStatus(ClusterStatus.IN_SERVICE, None, mark_good=True,
+                                 events=(ev.cluster_event(c.name, "update", "completed"),)))
+    elif converged and st == ClusterStatus.ROLLING_BACK:
+        actions.append(SetStatus(ClusterStatus.IN_SERVICE, c.failure_message, mark_good=True, events=(
+            ev.cluster_event(c.name, "update rollback", "completed", level=EventLevel.WARN,
+                             failure=c.failure_message),
+        )))
+    return actions

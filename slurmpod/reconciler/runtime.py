@@ -1,0 +1,57 @@
+"""What the reconciler needs from the world below it: a ``ClusterRuntime`` turns records into hosts and
+Slurm membership. ``SlurmRuntime`` (real daemons over a Provider) and ``SimulatedRuntime`` implement it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from slurmpod.domain.model import ClusterRecord, NodeRecord
+
+
+class NodeBootError(Exception):
+    """A node cannot be brought up (launch refused, script failed, daemon did not start).
+
+    ``retryable`` errors (no capacity) may be retried later; the message is user-facing.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False, delay: float = 5.0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.delay = delay
+
+
+class ClusterRuntime(Protocol):
+    name: str
+
+    def desired_topology(self, cluster: ClusterRecord) -> str:
+        """Digest of the Slurm topology the cluster's current spec needs (pure, cheap)."""
+        ...
+
+    def boot_step(
+        self, cluster: ClusterRecord, node: NodeRecord, phase: str, nodes: Sequence[NodeRecord]
+    ) -> Mapping[str, Any]:
+        """Performs one boot phase of ``node`` (idempotent); returns node fields to record
+        (``ip``, ``hostname``, ``lifecycle_digest`` ...) and optionally ``applied_topology``.
+
+        Raises NodeBootError.
+        """
+        ...
+
+    def apply_topology(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:
+        """Rewrites slurm.conf on the controllers and restarts them gracefully; returns the digest."""
+        ...
+
+    def remove_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        """Takes the node out of Slurm (if it joined) and terminates its instance. Idempotent."""
+        ...
+
+    def teardown_cluster(self, cluster: ClusterRecord) -> None:
+        """Removes every per-cluster resource. Idempotent."""
+        ...
+
+    def alive(self, cluster: ClusterRecord) -> Mapping[str, bool]:
+        """instance_id -> whether its instance still runs (instances the runtime knows)."""
+        ...

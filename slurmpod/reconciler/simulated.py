@@ -1,0 +1,71 @@
+"""``SimulatedRuntime``: the runtime over the SIMULATED provider (no Slurm; for tests and scale benchmarks)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.providers.base import InstanceRequest, ProviderError, TemporaryProviderError
+from slurmpod.providers.simulated import SimulatedProvider
+from slurmpod.reconciler.runtime import NodeBootError
+
+SIMULATED_IMAGE_ROOT = "/nonexistent-simulated-image"
+
+
+class SimulatedRuntime:
+    name = "simulated"
+
+    def __init__(self, provider: SimulatedProvider, image_id: str) -> None:
+        self.provider = provider
+        self.image_id = image_id
+
+    def desired_topology(self, cluster: ClusterRecord) -> str:
+        topo = sorted(
+            (g.name, g.node_type.value if g.node_type else "", list(g.slurm_config.partition_names) if g.slurm_config else [])
+            for g in cluster.spec.instance_groups
+        )
+        return "sim-" + hashlib.sha256(json.dumps(topo).encode()).hexdigest()[:16]
+
+    def boot_step(
+        self, cluster: ClusterRecord, node: NodeRecord, phase: str, nodes: Sequence[NodeRecord]
+    ) -> Mapping[str, Any]:
+        if phase != "launched":
+            if phase == "daemons" and cluster.spec.group(node.group) and _is_controller(cluster, node):
+                return {"applied_topology": self.desired_topology(cluster)}
+            return {}
+        group = cluster.spec.group(node.group)
+        req = InstanceRequest(
+            cluster_id=cluster.cluster_id,
+            instance_id=node.instance_id,
+            group=node.group,
+            instance_type=(group.instance_type if group else None) or "ml.t3.medium",
+            image_id=self.image_id,
+            image_root=SIMULATED_IMAGE_ROOT,
+        )
+        try:
+            inst = self.provider.launch(req)
+        except TemporaryProviderError as exc:
+            raise NodeBootError(str(exc), retryable=True, delay=exc.delay) from exc
+        except ProviderError as exc:
+            raise NodeBootError(str(exc)) from exc
+        return {"ip": inst.ip, "hostname": inst.hostname}
+
+    def apply_topology(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:
+        return self.desired_topology(cluster)
+
+    def remove_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        self.provider.terminate(cluster.cluster_id, node.instance_id)
+
+    def teardown_cluster(self, cluster: ClusterRecord) -> None:
+        self.provider.teardown_cluster(cluster.cluster_id)
+
+    def alive(self, cluster: ClusterRecord) -> Mapping[str, bool]:
+        return {i.instance_id: i.alive for i in self.provider.list_instances(cluster.cluster_id)}
+
+
+def _is_controller(cluster: ClusterRecord, node: NodeRecord) -> bool:
+    g = cluster.spec.group(node.group)
+    return g is not None and g.node_type is not None and g.node_type.value == "Controller"

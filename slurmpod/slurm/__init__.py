@@ -1,0 +1,2 @@
+"""Slurm on slurmpod nodes: conf rendering (``conf``), node state parsing (``state``) and daemon
+control through a provider's CommandRunner (``control``)."""

@@ -1,0 +1,392 @@
+"""Drives munge and Slurm inside nodes through a provider's ``CommandRunner``.
+
+Every command is an argv list with a timeout, run *inside* a node (never a Slurm client on the host:
+the host may resolve names through DNS). Output is parsed from JSON where Slurm 22.05 offers it
+(``sinfo --json``; Debian's 22.05 scontrol has no ``--json``). Module functions take the runner of the node they act on;
+``SlurmControl`` wraps the runner of the (primary) controller for admin commands.
+
+Topology changes restart slurmctld gracefully (``restart_slurmctld``); ``scontrol reconfigure`` is
+never used (it can kill slurmctld and lose jobs on 22.05, reference/local-slurm.md §3).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from slurmpod.providers.base import CommandResult, CommandRunner
+from slurmpod.slurm.conf import (
+    DEFAULT_STATE_SAVE_LOCATION,
+    SLURMCTLD_LOG_FILE,
+    SLURMCTLD_PID_FILE,
+    SLURMCTLD_PORT,
+    SLURMD_LOG_FILE,
+    SLURMD_PID_FILE,
+    SLURMD_SPOOL_DIR,
+    conf_value,
+)
+from slurmpod.slurm.state import SlurmNode, parse_sinfo_json
+
+SLURM_CONF = "/etc/slurm/slurm.conf"
+CGROUP_CONF = "/etc/slurm/cgroup.conf"
+#: where AWS's sample lifecycle scripts look for slurm.conf (SPEC §6); a symlink on every node
+OPT_SLURM_CONF = "/opt/slurm/etc/slurm.conf"
+#: slurmd's configless cache link on compute nodes
+CONFIGLESS_SLURM_CONF = "/run/slurm/conf/slurm.conf"
+MUNGE_KEY = "/etc/munge/munge.key"
+MUNGE_SOCKET = "/run/munge/munge.socket.2"
+MUNGE_LOG_FILE = "/var/log/munge/munged.log"
+REASON_PREFIX = "slurmpod: "
+
+CMD_TIMEOUT = 30.0
+LOG_TAIL_LINES = 30
+POLL_INTERVAL = 0.05
+
+
+class SlurmError(Exception):
+    """A Slurm/munge operation failed; ``log_tail`` has the last lines of the relevant daemon log."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message if not log_tail else f"{message}\n--- log tail ---\n{log_tail}")
+        self.message = message
+        self.log_tail = log_tail
+
+
+Sleep = Callable[[float], None]
+Clock = Callable[[], float]
+
+
+def _run(runner: CommandRunner, argv: Sequence[str], *, timeout: float = CMD_TIMEOUT,
+         input: bytes | None = None) -> CommandResult:  # fmt: skip
+    return runner.run(list(argv), timeout=timeout, input=input)
+
+
+def _check(runner: CommandRunner, argv: Sequence[str], *, timeout: float = CMD_TIMEOUT,
+           input: bytes | None = None, log: str | None = None) -> CommandResult:  # fmt: skip
+    r = _run(runner, argv, timeout=timeout, input=input)
+    if r.returncode != 0:
+        detail = (r.stderr or r.stdout).strip()
+        raise SlurmError(
+            f"{' '.join(argv)} failed (exit {r.returncode}): {detail}",
+            log_tail(runner, log) if log else "",
+        )
+    return r
+
+
+def log_tail(runner: CommandRunner, path: str, lines: int = LOG_TAIL_LINES) -> str:
+    """Last lines of a file inside the node ('' when unreadable)."""
+    r = _run(runner, ["tail", "-n", str(lines), path], timeout=10)
+    return r.stdout if r.returncode == 0 else ""
+
+
+def _split_owner(owner: str) -> tuple[str, str]:
+    user, _, group = owner.partition(":")
+    return user, group or user
+
+
+def write_file(runner: CommandRunner, path: str, content: bytes, mode: int = 0o644, owner: str = "root") -> None:
+    """Writes ``content`` to ``path`` inside the node: a temp file next to it, then a rename (atomic).
+
+    ``owner`` is ``user`` or ``user:group``; parent directories are created.
+    """
+    user, group = _split_owner(owner)
+    tmp = f"{path}.slurmpod-tmp"
+    _check(runner, ["install", "-D", "-m", f"{mode:04o}", "-o", user, "-g", group, "/dev/stdin", tmp],
+           input=content)  # fmt: skip
+    _check(runner, ["mv", "-f", tmp, path])
+
+
+def ensure_dir(runner: CommandRunner, path: str, mode: int = 0o755, owner: str = "root") -> None:
+    user, group = _split_owner(owner)
+    _check(runner, ["install", "-d", "-m", f"{mode:04o}", "-o", user, "-g", group, path])
+
+
+def link_opt_slurm_conf(runner: CommandRunner, target: str) -> None:
+    """``/opt/slurm/etc/slurm.conf`` -> ``target`` (AWS sample scripts read that path)."""
+    ensure_dir(runner, "/opt/slurm/etc")
+    _check(runner, ["ln", "-sfn", target, OPT_SLURM_CONF])
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, sleep: Sleep, clock: Clock) -> bool:
+    deadline = clock() + timeout
+    while True:
+        if predicate():
+            return True
+        if clock() >= deadline:
+            return False
+        sleep(POLL_INTERVAL)
+
+
+def read_pid(runner: CommandRunner, pid_file: str, comm: str) -> int | None:
+    """PID in ``pid_file`` if that process is alive and is ``comm`` (guards against PID reuse)."""
+    r = _run(runner, ["cat", pid_file], timeout=10)
+    if r.returncode != 0 or not r.stdout.strip().isdigit():
+        return None
+    pid = int(r.stdout.strip())
+    c = _run(runner, ["cat", f"/proc/{pid}/comm"], timeout=10)
+    if c.returncode != 0 or c.stdout.strip() != comm:
+        return None
+    return pid
+
+
+def _alive(runner: CommandRunner, pid: int) -> bool:
+    return _run(runner, ["kill", "-0", str(pid)], timeout=10).returncode == 0
+
+
+def stop_daemon(runner: CommandRunner, pid_file: str, comm: str, timeout: float = 60.0,
+                sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> bool:  # fmt: skip
+    """SIGTERM the daemon of ``pid_file`` and wait for it to exit. False if it was not running."""
+    pid = read_pid(runner, pid_file, comm)
+    if pid is None:
+        return False
+    _run(runner, ["kill", "-TERM", str(pid)], timeout=10)
+    if not _wait(lambda: not _alive(runner, pid), timeout, sleep, clock):
+        raise SlurmError(f"{comm} (pid {pid}) did not exit within {timeout:.0f}s after SIGTERM")
+    return True
+
+
+# --- munge -----------------------------------------------------------------------------------------
+
+
+def _munge_ok(runner: CommandRunner) -> bool:
+    return _run(runner, ["munge", "-n"], timeout=10).returncode == 0
+
+
+def start_munge(runner: CommandRunner, key: bytes, timeout: float = 10.0,
+                sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> None:  # fmt: skip
+    """Installs the cluster key and starts munged as user munge; returns once credentials can be made.
+
+    Idempotent: a munged that already answers is left alone.
+    """
+    if _munge_ok(runner):
+        return
+    ensure_dir(runner, "/etc/munge", 0o700, "munge")
+    ensure_dir(runner, "/var/log/munge", 0o700, "munge")
+    ensure_dir(runner, "/var/lib/munge", 0o711, "munge")
+    ensure_dir(runner, "/run/munge", 0o755, "munge")
+    write_file(runner, MUNGE_KEY, key, 0o400, "munge")
+    _check(runner, ["setpriv", "--reuid=munge", "--regid=munge", "--init-groups",
+                    "/usr/sbin/munged", "--num-threads=2"], log=MUNGE_LOG_FILE)  # fmt: skip
+    if not _wait(lambda: _munge_ok(runner), timeout, sleep, clock):
+        raise SlurmError("munged did not start", log_tail(runner, MUNGE_LOG_FILE))
+
+
+# --- slurmctld -------------------------------------------------------------------------------------
+
+
+def parse_ping(text: str) -> dict[str, bool]:
+    """``scontrol ping`` (22.05 has no JSON for it) -> {hostname: is UP}.
+
+    Lines look like ``Slurmctld(primary) at ctl1 is UP`` / ``Slurmctld(backup) at ctl2 is DOWN``.
+    """
+    status: dict[str, bool] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 5 and words[0].startswith("Slurmctld(") and words[1] == "at" and words[3] == "is":
+            status[words[2]] = words[4] == "UP"
+    return status
+
+
+def ping(runner: CommandRunner) -> dict[str, bool]:
+    """Controllers as seen from inside the node of ``runner``."""
+    r = _run(runner, ["scontrol", "ping"], timeout=CMD_TIMEOUT)
+    return parse_ping(r.stdout)
+
+
+def _hostname(runner: CommandRunner) -> str:
+    return _check(runner, ["hostname"]).stdout.strip()
+
+
+def write_controller_conf(runner: CommandRunner, conf_text: str, cgroup_text: str) -> None:
+    """slurm.conf + cgroup.conf (served to slurmds by configless), StateSaveLocation owned by slurm,
+    log dir, and the /opt/slurm/etc link."""
+    ensure_dir(runner, "/etc/slurm")
+    ensure_dir(runner, "/var/log/slurm", 0o755, "slurm")
+    state = conf_value(conf_text, "StateSaveLocation") or DEFAULT_STATE_SAVE_LOCATION
+    ensure_dir(runner, state, 0o755, "slurm")
+    write_file(runner, CGROUP_CONF, cgroup_text.encode(), 0o644)
+    write_file(runner, SLURM_CONF, conf_text.encode(), 0o644)
+    link_opt_slurm_conf(runner, SLURM_CONF)
+
+
+def _start_and_wait_slurmctld(runner: CommandRunner, timeout: float, sleep: Sleep, clock: Clock) -> None:
+    me = _hostname(runner)
+    if read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None:
+        _check(runner, ["/usr/sbin/slurmctld"], log=SLURMCTLD_LOG_FILE)
+
+    def up() -> bool:
+        if ping(runner).get(me):
+            return True
+        if read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None:
+            # it may still be daemonizing; a second look before declaring it dead
+            sleep(POLL_INTERVAL)
+            if read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None:
+                raise SlurmError(f"slurmctld on {me} exited", log_tail(runner, SLURMCTLD_LOG_FILE))
+        return False
+
+    if not _wait(up, timeout, sleep, clock):
+        raise SlurmError(f"slurmctld on {me} not answering after {timeout:.0f}s",
+                         log_tail(runner, SLURMCTLD_LOG_FILE))  # fmt: skip
+
+
+def start_slurmctld(runner: CommandRunner, conf_text: str, cgroup_text: str, timeout: float = 30.0,
+                    sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> None:  # fmt: skip
+    """Writes the confs and starts slurmctld (if not running); returns once ``scontrol ping`` run in
+    this node reports this controller UP."""
+    write_controller_conf(runner, conf_text, cgroup_text)
+    _start_and_wait_slurmctld(runner, timeout, sleep, clock)
+
+
+def restart_slurmctld(runner: CommandRunner, conf_text: str, cgroup_text: str, timeout: float = 60.0,
+                      sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> None:  # fmt: skip
+    """Graceful restart with a new conf: SIGTERM (state is saved, jobs keep running), wait for exit,
+    write the confs, start, wait for ping. For HA call it on the backups first, then the primary."""
+    stop_daemon(runner, SLURMCTLD_PID_FILE, "slurmctld", timeout, sleep, clock)
+    start_slurmctld(runner, conf_text, cgroup_text, timeout, sleep, clock)
+
+
+# --- slurmd / login ----------------------------------------------------------------------------------
+
+
+def conf_server_arg(controller_ips: Iterable[str], port: int = SLURMCTLD_PORT) -> list[str]:
+    """``["10.0.0.10:6817", ...]`` for ``--conf-server`` (order = primary first)."""
+    return [f"{ip}:{port}" for ip in controller_ips]
+
+
+def slurmd_argv(conf_servers: Sequence[str], cpus: int, real_memory: int, feature: str,
+                gres: str | None = None) -> list[str]:  # fmt: skip
+    """The dynamic-node slurmd command line (reference/local-slurm.md §3c)."""
+    node_conf = f"CPUs={cpus} RealMemory={real_memory} Feature={feature}"
+    if gres:
+        node_conf += f" Gres={gres}"
+    return ["/usr/sbin/slurmd", "-Z", "--conf-server", ",".join(conf_servers), "--conf", node_conf]
+
+
+def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], cpus: int, real_memory: int,
+                 feature: str, gres: str | None = None, timeout: float = 15.0,
+                 sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> None:  # fmt: skip
+    """Starts a configless dynamic slurmd (if not running) and links /opt/slurm/etc/slurm.conf to
+    the configless cache. Registration is confirmed on the controller (``wait_for_nodes``)."""
+    if not conf_servers:
+        raise ValueError("start_slurmd needs at least one conf server")
+    ensure_dir(runner, "/var/log/slurm", 0o755, "slurm")
+    ensure_dir(runner, SLURMD_SPOOL_DIR, 0o755)
+    if read_pid(runner, SLURMD_PID_FILE, "slurmd") is None:
+        _check(runner, slurmd_argv(conf_servers, cpus, real_memory, feature, gres), log=SLURMD_LOG_FILE)
+    if not _wait(lambda: read_pid(runner, SLURMD_PID_FILE, "slurmd") is not None, timeout, sleep, clock):
+        raise SlurmError("slurmd did not start", log_tail(runner, SLURMD_LOG_FILE))
+    link_opt_slurm_conf(runner, CONFIGLESS_SLURM_CONF)
+
+
+def stop_slurmd(runner: CommandRunner, timeout: float = 30.0,
+                sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> bool:  # fmt: skip
+    """SIGTERM slurmd and wait (running job steps survive a slurmd restart). False if not running."""
+    return stop_daemon(runner, SLURMD_PID_FILE, "slurmd", timeout, sleep, clock)
+
+
+def configure_login(runner: CommandRunner, conf_text: str) -> None:
+    """Login node (munge only, no slurmd in 22.05): a copy of the controllers' slurm.conf in
+    /etc/slurm, so sinfo/sbatch work in any shell without environment variables.
+
+    Clients only need SlurmctldHost/ports from it; rewrite it when the controllers change.
+    """
+    ensure_dir(runner, "/etc/slurm")
+    write_file(runner, SLURM_CONF, conf_text.encode(), 0o644)
+    link_opt_slurm_conf(runner, SLURM_CONF)
+
+
+# --- admin commands through the controller -------------------------------------------------------
+
+
+class SlurmControl:
+    """Admin commands run inside a controller node (usually the primary)."""
+
+    def __init__(self, runner: CommandRunner, sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> None:
+        self.runner = runner
+        self._sleep = sleep
+        self._clock = clock
+
+    def _scontrol(self, *args: str) -> CommandResult:
+        return _run(self.runner, ["scontrol", *args])
+
+    def ping(self) -> dict[str, bool]:
+        return ping(self.runner)
+
+    def nodes(self) -> list[SlurmNode]:
+        r = _run(self.runner, ["sinfo", "--json"])
+        if r.returncode != 0:
+            raise SlurmError(f"sinfo --json failed: {(r.stderr or r.stdout).strip()}")
+        return parse_sinfo_json(r.stdout)
+
+    def node(self, name: str) -> SlurmNode | None:
+        for n in self.nodes():
+            if n.name == name:
+                return n
+        return None
+
+    def _update(self, node: str, *params: str) -> None:
+        r = self._scontrol("update", f"nodename={node}", *params)
+        if r.returncode != 0:
+            raise SlurmError(f"scontrol update nodename={node} {' '.join(params)} failed: "
+                             f"{(r.stderr or r.stdout).strip()}")  # fmt: skip
+
+    def drain(self, node: str, reason: str) -> None:
+        """Drain with a ``slurmpod: `` reason (running jobs finish, nothing new starts)."""
+        text = reason if reason.startswith(REASON_PREFIX) else REASON_PREFIX + reason
+        self._update(node, "state=drain", f"reason={text}")
+
+    def down(self, node: str, reason: str) -> None:
+        text = reason if reason.startswith(REASON_PREFIX) else REASON_PREFIX + reason
+        self._update(node, "state=down", f"reason={text}")
+
+    def resume(self, node: str) -> None:
+        """Clears DRAIN/DOWN (DRAIN survives re-registration, so maintenance ends with this)."""
+        self._update(node, "state=resume")
+
+    def delete_node(self, node: str) -> bool:
+        """``scontrol delete nodename=``; True if deleted, False if Slurm did not know it.
+
+        Slurm refuses a busy node (``SlurmError``): drain and wait first.
+        """
+        r = self._scontrol("delete", f"nodename={node}")
+        if r.returncode == 0:
+            return True
+        msg = (r.stderr or r.stdout).strip()
+        if "invalid node name" in msg.lower():
+            return False
+        raise SlurmError(f"scontrol delete nodename={node} failed: {msg}")
+
+    def wait_for_nodes(self, names: Iterable[str], timeout: float) -> set[str]:
+        """Polls until every name is joined (registered, responding, usable) or ``timeout`` passes;
+        returns the joined subset."""
+        wanted = set(names)
+        joined: set[str] = set()
+
+        def done() -> bool:
+            nonlocal joined
+            try:
+                current = self.nodes()
+            except SlurmError:
+                return False
+            joined = {n.name for n in current if n.name in wanted and n.is_joined()}
+            return joined == wanted
+
+        _wait(done, timeout, self._sleep, self._clock)
+        return joined
+
+    def wait_for_idle(self, names: Iterable[str], timeout: float) -> set[str]:
+        """Like ``wait_for_nodes`` but for nodes with no jobs (a drain is complete when they are idle)."""
+        wanted = set(names)
+        idle: set[str] = set()
+
+        def done() -> bool:
+            nonlocal idle
+            try:
+                current = self.nodes()
+            except SlurmError:
+                return False
+            idle = {n.name for n in current if n.name in wanted and not n.has_jobs()}
+            return idle == wanted
+
+        _wait(done, timeout, self._sleep, self._clock)
+        return idle

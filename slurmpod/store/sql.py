@@ -1,0 +1,370 @@
+"""``SqlStore``: clusters, nodes and events in one SQL database.
+
+Every update of a cluster or node row is guarded by its ``version`` column (``WHERE version = :expected``);
+losing a race raises ``VersionConflict`` and the caller re-reads. SQLite runs in WAL mode with a busy
+timeout so the API threads and the reconciler can share one file.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, and_, create_engine, delete, event, func, insert, select, text, update
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.exc import IntegrityError
+
+from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.spec import spec_from_dict, to_dict
+from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, ResourceType
+from slurmpod.errors import ResourceInUse, VersionConflict
+from slurmpod.store.tables import clusters, events, nodes, settings_kv
+
+_ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def migrate(engine: Engine) -> None:
+    """Brings the schema to the newest alembic revision."""
+    cfg = Config(str(_ALEMBIC_INI))
+    cfg.set_main_option("script_location", str(_ALEMBIC_INI.parent / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _cluster_from_row(row: Row[Any]) -> ClusterRecord:
+    m = row._mapping
+    return ClusterRecord(
+        cluster_id=m["cluster_id"],
+        account_id=m["account_id"],
+        region=m["region"],
+        name=m["name"],
+        arn=m["arn"],
+        spec=spec_from_dict(json.loads(m["spec"])),
+        status=ClusterStatus(m["status"]),
+        creation_time=m["creation_time"],
+        last_good_spec=spec_from_dict(json.loads(m["last_good_spec"])) if m["last_good_spec"] else None,
+        failure_message=m["failure_message"],
+        operation_id=m["operation_id"],
+        applied_topology=m["applied_topology"],
+        generation=m["generation"],
+        version=m["version"],
+        lifecycle_snapshots=json.loads(m["lifecycle_snapshots"] or "{}"),
+        provider=m["provider"],
+    )
+
+
+def _cluster_values(rec: ClusterRecord) -> dict[str, Any]:
+    return {
+        "cluster_id": rec.cluster_id,
+        "account_id": rec.account_id,
+        "region": rec.region,
+        "name": rec.name,
+        "arn": rec.arn,
+        "spec": _dump(to_dict(rec.spec)),
+        "last_good_spec": _dump(to_dict(rec.last_good_spec)) if rec.last_good_spec else None,
+        "status": rec.status.value,
+        "failure_message": rec.failure_message,
+        "operation_id": rec.operation_id,
+        "applied_topology": rec.applied_topology,
+        "lifecycle_snapshots": _dump(dict(rec.lifecycle_snapshots)),
+        "provider": rec.provider,
+        "creation_time": rec.creation_time,
+        "generation": rec.generation,
+        "version": rec.version,
+    }
+
+
+def _node_from_row(row: Row[Any]) -> NodeRecord:
+    m = row._mapping
+    return NodeRecord(
+        instance_id=m["instance_id"],
+        cluster_id=m["cluster_id"],
+        group=m["group_name"],
+        seq=m["seq"],
+        status=InstanceStatus(m["status"]),
+        message=m["message"],
+        launch_time=m["launch_time"],
+        ip=m["ip"],
+        hostname=m["hostname"],
+        logical_id=m["logical_id"],
+        image_id=m["image_id"],
+        image_release=m["image_release"],
+        lifecycle_digest=m["lifecycle_digest"],
+        last_software_update_time=m["last_software_update_time"],
+        phases=tuple(p for p in (m["phases"] or "").split(",") if p),
+        attempts=m["attempts"],
+        next_attempt=m["next_attempt"],
+        data=json.loads(m["data"] or "{}"),
+        version=m["version"],
+    )
+
+
+def _node_values(rec: NodeRecord) -> dict[str, Any]:
+    return {
+        "instance_id": rec.instance_id,
+        "cluster_id": rec.cluster_id,
+        "group_name": rec.group,
+        "seq": rec.seq,
+        "status": rec.status.value,
+        "message": rec.message,
+        "launch_time": rec.launch_time,
+        "ip": rec.ip,
+        "hostname": rec.hostname,
+        "logical_id": rec.logical_id,
+        "image_id": rec.image_id,
+        "image_release": rec.image_release,
+        "lifecycle_digest": rec.lifecycle_digest,
+        "last_software_update_time": rec.last_software_update_time,
+        "phases": ",".join(rec.phases),
+        "attempts": rec.attempts,
+        "next_attempt": rec.next_attempt,
+        "data": _dump(dict(rec.data)),
+        "version": rec.version,
+    }
+
+
+def _event_from_row(row: Row[Any]) -> EventRecord:
+    m = row._mapping
+    return EventRecord(
+        event_id=m["event_id"],
+        cluster_id=m["cluster_id"],
+        cluster_name=m["cluster_name"],
+        cluster_arn=m["cluster_arn"],
+        resource_type=ResourceType(m["resource_type"]),
+        level=EventLevel(m["level"]),
+        description=m["description"],
+        event_time=m["event_time"],
+        group=m["group_name"],
+        instance_id=m["instance_id"],
+        operation_id=m["operation_id"],
+        details=json.loads(m["details"] or "{}"),
+        seq=m["seq"],
+    )
+
+
+class SqlStore:
+    """The one store implementation; SQLite or PostgreSQL chosen by URL."""
+
+    def __init__(self, url: str, *, run_migrations: bool = True) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        if run_migrations:
+            migrate(self.engine)
+        self._seq_lock = threading.Lock()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def ping(self) -> bool:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return True
+
+    # ---- clusters -------------------------------------------------------------------------------
+
+    def create_cluster(self, rec: ClusterRecord, initial_events: Sequence[EventRecord] = ()) -> None:
+        """Inserts a new cluster (and its first events) atomically; ResourceInUse when the name is taken."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(clusters).values(**_cluster_values(rec)))
+                self._insert_events(conn, initial_events)
+        except IntegrityError as exc:
+            raise ResourceInUse(f"Cluster {rec.name} already exists.") from exc
+
+    def get_cluster(self, cluster_id: str) -> ClusterRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(clusters).where(clusters.c.cluster_id == cluster_id)).first()
+        return _cluster_from_row(row) if row else None
+
+    def find_cluster(self, account_id: str, name: str) -> ClusterRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(clusters).where(and_(clusters.c.account_id == account_id, clusters.c.name == name))
+            ).first()
+        return _cluster_from_row(row) if row else None
+
+    def list_clusters(self, account_id: str | None = None) -> list[ClusterRecord]:
+        q = select(clusters)
+        if account_id is not None:
+            q = q.where(clusters.c.account_id == account_id)
+        with self.engine.connect() as conn:
+            return [_cluster_from_row(r) for r in conn.execute(q)]
+
+    def cluster_ids(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.execute(select(clusters.c.cluster_id))]
+
+    def update_cluster(
+        self,
+        rec: ClusterRecord,
+        new_events: Sequence[EventRecord] = (),
+        *,
+        new_nodes: Iterable[NodeRecord] = (),
+        changed_nodes: Iterable[NodeRecord] = (),
+    ) -> ClusterRecord:
+        """Writes ``rec`` (plus node inserts and version-checked node updates) in one transaction if the
+        stored version is still ``rec.version``; returns the stored record."""
+        stored = replace(rec, version=rec.version + 1)
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(clusters)
+                .where(and_(clusters.c.cluster_id == rec.cluster_id, clusters.c.version == rec.version))
+                .values(**_cluster_values(stored))
+            )
+            if res.rowcount != 1:
+                raise VersionConflict(f"cluster {rec.cluster_id} changed (expected version {rec.version})")
+            for n in new_nodes:
+                conn.execute(insert(nodes).values(**_node_values(n)))
+            for n in changed_nodes:
+                self._update_node(conn, n)
+            self._insert_events(conn, new_events)
+        return stored
+
+    def delete_cluster(self, cluster_id: str) -> None:
+        """Removes the cluster, its nodes and its events."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(nodes).where(nodes.c.cluster_id == cluster_id))
+            conn.execute(delete(events).where(events.c.cluster_id == cluster_id))
+            conn.execute(delete(clusters).where(clusters.c.cluster_id == cluster_id))
+
+    # ---- nodes ----------------------------------------------------------------------------------
+
+    def add_nodes(self, recs: Sequence[NodeRecord], new_events: Sequence[EventRecord] = ()) -> None:
+        with self.engine.begin() as conn:
+            for n in recs:
+                conn.execute(insert(nodes).values(**_node_values(n)))
+            self._insert_events(conn, new_events)
+
+    def list_nodes(self, cluster_id: str) -> list[NodeRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(nodes).where(nodes.c.cluster_id == cluster_id).order_by(nodes.c.seq))
+            return [_node_from_row(r) for r in rows]
+
+    def get_node(self, instance_id: str) -> NodeRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(nodes).where(nodes.c.instance_id == instance_id)).first()
+        return _node_from_row(row) if row else None
+
+    def max_node_seq(self, cluster_id: str) -> int:
+        with self.engine.connect() as conn:
+            value = conn.execute(select(func.max(nodes.c.seq)).where(nodes.c.cluster_id == cluster_id)).scalar()
+        return int(value or 0)
+
+    def update_node(self, rec: NodeRecord, new_events: Sequence[EventRecord] = ()) -> NodeRecord:
+        with self.engine.begin() as conn:
+            stored = self._update_node(conn, rec)
+            self._insert_events(conn, new_events)
+        return stored
+
+    def _update_node(self, conn: Connection, rec: NodeRecord) -> NodeRecord:
+        stored = replace(rec, version=rec.version + 1)
+        res = conn.execute(
+            update(nodes)
+            .where(and_(nodes.c.instance_id == rec.instance_id, nodes.c.version == rec.version))
+            .values(**_node_values(stored))
+        )
+        if res.rowcount != 1:
+            raise VersionConflict(f"node {rec.instance_id} changed (expected version {rec.version})")
+        return stored
+
+    def delete_node(self, instance_id: str, new_events: Sequence[EventRecord] = ()) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(nodes).where(nodes.c.instance_id == instance_id))
+            self._insert_events(conn, new_events)
+
+    # ---- events ---------------------------------------------------------------------------------
+
+    def _insert_events(self, conn: Connection, evs: Sequence[EventRecord]) -> None:
+        for ev in evs:
+            conn.execute(
+                insert(events).values(
+                    event_id=ev.event_id,
+                    cluster_id=ev.cluster_id,
+                    cluster_name=ev.cluster_name,
+                    cluster_arn=ev.cluster_arn,
+                    resource_type=ev.resource_type.value,
+                    level=ev.level.value,
+                    description=ev.description,
+                    event_time=ev.event_time,
+                    group_name=ev.group,
+                    instance_id=ev.instance_id,
+                    operation_id=ev.operation_id,
+                    details=_dump(dict(ev.details)),
+                )
+            )
+
+    def add_events(self, evs: Sequence[EventRecord]) -> None:
+        with self.engine.begin() as conn:
+            self._insert_events(conn, evs)
+
+    def list_events(self, cluster_id: str) -> list[EventRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(events).where(events.c.cluster_id == cluster_id).order_by(events.c.seq))
+            return [_event_from_row(r) for r in rows]
+
+    def get_event(self, cluster_id: str, event_id: str) -> EventRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(events).where(and_(events.c.cluster_id == cluster_id, events.c.event_id == event_id))
+            ).first()
+        return _event_from_row(row) if row else None
+
+    # ---- settings -------------------------------------------------------------------------------
+
+    def get_setting(self, key: str) -> Any:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(settings_kv.c.value).where(settings_kv.c.key == key)).first()
+        return json.loads(row[0]) if row else None
+
+    def put_setting(self, key: str, value: Any) -> None:
+        with self.engine.begin() as conn:
+            res = conn.execute(update(settings_kv).where(settings_kv.c.key == key).values(value=_dump(value)))
+            if res.rowcount == 0:
+                conn.execute(insert(settings_kv).values(key=key, value=_dump(value)))
+
+    def integrity_check(self) -> list[str]:
+        """Database-level and referential checks; an empty list means healthy."""
+        problems: list[str] = []
+        with self.engine.connect() as conn:
+            if self.engine.dialect.name == "sqlite":
+                res = conn.execute(text("PRAGMA integrity_check")).scalar()
+                if res != "ok":
+                    problems.append(f"sqlite integrity_check: {res}")
+            orphans = conn.execute(
+                select(func.count())
+                .select_from(nodes)
+                .where(~nodes.c.cluster_id.in_(select(clusters.c.cluster_id)))
+            ).scalar()
+            if orphans:
+                problems.append(f"{orphans} node rows without a cluster")
+        return problems

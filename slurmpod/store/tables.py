@@ -1,0 +1,97 @@
+"""SQLAlchemy Core tables. Schema changes go through alembic (``store/migrations``), never create_all."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+clusters = Table(
+    "clusters",
+    metadata,
+    Column("cluster_id", String(12), primary_key=True),
+    Column("account_id", String(12), nullable=False),
+    Column("region", String(32), nullable=False),
+    Column("name", String(63), nullable=False),
+    Column("arn", String(256), nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("last_good_spec", Text),
+    Column("status", String(32), nullable=False),
+    Column("failure_message", Text),
+    Column("operation_id", String(64)),
+    Column("applied_topology", String(128)),
+    Column("lifecycle_snapshots", Text, nullable=False, default="{}"),
+    Column("provider", String(32), nullable=False),
+    Column("creation_time", Float, nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("version", Integer, nullable=False),
+    UniqueConstraint("account_id", "name", name="uq_clusters_account_name"),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("instance_id", String(32), primary_key=True),
+    Column("cluster_id", String(12), nullable=False, index=True),
+    Column("group_name", String(63), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("message", Text),
+    Column("launch_time", Float, nullable=False),
+    Column("ip", String(64)),
+    Column("hostname", String(128)),
+    Column("logical_id", String(128)),
+    Column("image_id", String(32)),
+    Column("image_release", String(32)),
+    Column("lifecycle_digest", String(80)),
+    Column("last_software_update_time", Float),
+    Column("phases", Text, nullable=False, default=""),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt", Float, nullable=False, default=0.0),
+    Column("data", Text, nullable=False, default="{}"),
+    Column("version", Integer, nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", String(36), nullable=False, unique=True),
+    Column("cluster_id", String(12), nullable=False, index=True),
+    Column("cluster_name", String(63), nullable=False),
+    Column("cluster_arn", String(256), nullable=False),
+    Column("resource_type", String(32), nullable=False),
+    Column("level", String(8), nullable=False),
+    Column("description", Text, nullable=False),
+    Column("event_time", Float, nullable=False, index=True),
+    Column("group_name", String(63)),
+    Column("instance_id", String(32)),
+    Column("operation_id", String(64)),
+    Column("details", Text, nullable=False, default="{}"),
+)
+
+settings_kv = Table(
+    "settings_kv",
+    metadata,
+    Column("key", String(128), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("cluster_id", String(12), primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column("expires", Float, nullable=False),
+    Column("released", Boolean, nullable=False, default=False),
+)
