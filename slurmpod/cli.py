@@ -100,7 +100,9 @@ def cmd_images(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="slurmpod", description="Real Slurm clusters behind a HyperPod-compatible API")
+    parser = argparse.ArgumentParser(
+        prog="slurmpod", description="Real Slurm clusters behind a HyperPod-compatible API"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("server", help="run the API server and the reconciler")

@@ -132,7 +132,8 @@ def batch_delete_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -
     rec = svc.resolve(caller, p["ClusterName"])
     logical = list(p.get("NodeLogicalIds") or ())
     by_logical = {n.logical_id: n.instance_id for n in svc.nodes(rec) if n.logical_id}
-    deleted, failures = svc.batch_delete_nodes(caller, p["ClusterName"], node_ids + [by_logical.get(x, x) for x in logical])
+    wanted = node_ids + [by_logical.get(x, x) for x in logical]
+    deleted, failures = svc.batch_delete_nodes(caller, p["ClusterName"], wanted)
     out: dict[str, Any] = {
         "Successful": [d for d in deleted if d in node_ids],
         "Failed": [{"Code": f.code, "Message": f.message, "NodeId": f.node_id} for f in failures

@@ -99,10 +99,10 @@ def spec_from_update(params: Mapping[str, Any], current: ClusterSpec) -> tuple[C
     return spec, has_orch
 
 
-def _lcc_to_wire(l: LifeCycleConfig | None) -> dict[str, Any] | None:
-    if l is None:
+def _lcc_to_wire(lcc: LifeCycleConfig | None) -> dict[str, Any] | None:
+    if lcc is None:
         return None
-    out = {"SourceS3Uri": l.source_s3_uri, "OnCreate": l.on_create, "OnInitComplete": l.on_init_complete}
+    out = {"SourceS3Uri": lcc.source_s3_uri, "OnCreate": lcc.on_create, "OnInitComplete": lcc.on_init_complete}
     return {k: v for k, v in out.items() if v is not None}
 
 

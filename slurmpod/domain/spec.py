@@ -85,10 +85,10 @@ class ClusterSpec:
         return replace(self, instance_groups=groups)
 
 
-def _lcc_to_dict(l: LifeCycleConfig | None) -> dict[str, Any] | None:
-    if l is None:
+def _lcc_to_dict(lcc: LifeCycleConfig | None) -> dict[str, Any] | None:
+    if lcc is None:
         return None
-    return {"source_s3_uri": l.source_s3_uri, "on_create": l.on_create, "on_init_complete": l.on_init_complete}
+    return {"source_s3_uri": lcc.source_s3_uri, "on_create": lcc.on_create, "on_init_complete": lcc.on_init_complete}
 
 
 def group_to_dict(g: InstanceGroupSpec) -> dict[str, Any]:

@@ -24,8 +24,7 @@ class SimulatedRuntime:
 
     def desired_topology(self, cluster: ClusterRecord) -> str:
         topo = sorted(
-            (g.name, g.node_type.value if g.node_type else "", list(g.slurm_config.partition_names) if g.slurm_config else [])
-            for g in cluster.spec.instance_groups
+            (g.name, g.node_type.value if g.node_type else "", g.partition or "") for g in cluster.spec.instance_groups
         )
         return "sim-" + hashlib.sha256(json.dumps(topo).encode()).hexdigest()[:16]
 

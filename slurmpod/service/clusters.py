@@ -168,7 +168,9 @@ class ClusterService:
                 failure_message=None,
                 operation_id=ids.new_operation_id(),
                 generation=cur.generation + 1,
-                lifecycle_snapshots={g.name: snapshots[g.name] for g in new_spec.instance_groups if g.name in snapshots},
+                lifecycle_snapshots={
+                    g.name: snapshots[g.name] for g in new_spec.instance_groups if g.name in snapshots
+                },
             )
             started = ev.finish(ev.cluster_event(cur.name, "update", "started"), upd, ids.new_event_id(), now)
             try:

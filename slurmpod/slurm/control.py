@@ -2,8 +2,8 @@
 
 Every command is an argv list with a timeout, run *inside* a node (never a Slurm client on the host:
 the host may resolve names through DNS). Output is parsed from JSON where Slurm 22.05 offers it
-(``sinfo --json``; Debian's 22.05 scontrol has no ``--json``). Module functions take the runner of the node they act on;
-``SlurmControl`` wraps the runner of the (primary) controller for admin commands.
+(``sinfo --json``; Debian's 22.05 scontrol has no ``--json``). Module functions take the runner of
+the node they act on; ``SlurmControl`` wraps the runner of the (primary) controller for admin commands.
 
 Topology changes restart slurmctld gracefully (``restart_slurmctld``); ``scontrol reconfigure`` is
 never used (it can kill slurmctld and lose jobs on 22.05, reference/local-slurm.md §3).
@@ -56,13 +56,20 @@ Sleep = Callable[[float], None]
 Clock = Callable[[], float]
 
 
-def _run(runner: CommandRunner, argv: Sequence[str], *, timeout: float = CMD_TIMEOUT,
-         input: bytes | None = None) -> CommandResult:  # fmt: skip
+def _run(
+    runner: CommandRunner, argv: Sequence[str], *, timeout: float = CMD_TIMEOUT, input: bytes | None = None
+) -> CommandResult:
     return runner.run(list(argv), timeout=timeout, input=input)
 
 
-def _check(runner: CommandRunner, argv: Sequence[str], *, timeout: float = CMD_TIMEOUT,
-           input: bytes | None = None, log: str | None = None) -> CommandResult:  # fmt: skip
+def _check(
+    runner: CommandRunner,
+    argv: Sequence[str],
+    *,
+    timeout: float = CMD_TIMEOUT,
+    input: bytes | None = None,
+    log: str | None = None,
+) -> CommandResult:
     r = _run(runner, argv, timeout=timeout, input=input)
     if r.returncode != 0:
         detail = (r.stderr or r.stdout).strip()
@@ -84,15 +91,20 @@ def _split_owner(owner: str) -> tuple[str, str]:
     return user, group or user
 
 
-def write_file(runner: CommandRunner, path: str, content: bytes, mode: int = 0o644, owner: str = "root") -> None:
+def write_file(
+    runner: CommandRunner, path: str, content: bytes, mode: int = 0o644, owner: str = "root"
+) -> None:
     """Writes ``content`` to ``path`` inside the node: a temp file next to it, then a rename (atomic).
 
     ``owner`` is ``user`` or ``user:group``; parent directories are created.
     """
     user, group = _split_owner(owner)
     tmp = f"{path}.slurmpod-tmp"
-    _check(runner, ["install", "-D", "-m", f"{mode:04o}", "-o", user, "-g", group, "/dev/stdin", tmp],
-           input=content)  # fmt: skip
+    _check(
+        runner,
+        ["install", "-D", "-m", f"{mode:04o}", "-o", user, "-g", group, "/dev/stdin", tmp],
+        input=content,
+    )
     _check(runner, ["mv", "-f", tmp, path])
 
 
@@ -133,8 +145,14 @@ def _alive(runner: CommandRunner, pid: int) -> bool:
     return _run(runner, ["kill", "-0", str(pid)], timeout=10).returncode == 0
 
 
-def stop_daemon(runner: CommandRunner, pid_file: str, comm: str, timeout: float = 60.0,
-                sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> bool:  # fmt: skip
+def stop_daemon(
+    runner: CommandRunner,
+    pid_file: str,
+    comm: str,
+    timeout: float = 60.0,
+    sleep: Sleep = time.sleep,
+    clock: Clock = time.monotonic,
+) -> bool:
     """SIGTERM the daemon of ``pid_file`` and wait for it to exit. False if it was not running."""
     pid = read_pid(runner, pid_file, comm)
     if pid is None:
@@ -152,8 +170,13 @@ def _munge_ok(runner: CommandRunner) -> bool:
     return _run(runner, ["munge", "-n"], timeout=10).returncode == 0
 
 
-def start_munge(runner: CommandRunner, key: bytes, timeout: float = 10.0,
-                sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> None:  # fmt: skip
+def start_munge(
+    runner: CommandRunner,
+    key: bytes,
+    timeout: float = 10.0,
+    sleep: Sleep = time.sleep,
+    clock: Clock = time.monotonic,
+) -> None:
     """Installs the cluster key and starts munged as user munge; returns once credentials can be made.
 
     Idempotent: a munged that already answers is left alone.
@@ -165,8 +188,11 @@ def start_munge(runner: CommandRunner, key: bytes, timeout: float = 10.0,
     ensure_dir(runner, "/var/lib/munge", 0o711, "munge")
     ensure_dir(runner, "/run/munge", 0o755, "munge")
     write_file(runner, MUNGE_KEY, key, 0o400, "munge")
-    _check(runner, ["setpriv", "--reuid=munge", "--regid=munge", "--init-groups",
-                    "/usr/sbin/munged", "--num-threads=2"], log=MUNGE_LOG_FILE)  # fmt: skip
+    _check(
+        runner,
+        ["setpriv", "--reuid=munge", "--regid=munge", "--init-groups", "/usr/sbin/munged", "--num-threads=2"],
+        log=MUNGE_LOG_FILE,
+    )
     if not _wait(lambda: _munge_ok(runner), timeout, sleep, clock):
         raise SlurmError("munged did not start", log_tail(runner, MUNGE_LOG_FILE))
 
@@ -225,20 +251,33 @@ def _start_and_wait_slurmctld(runner: CommandRunner, timeout: float, sleep: Slee
         return False
 
     if not _wait(up, timeout, sleep, clock):
-        raise SlurmError(f"slurmctld on {me} not answering after {timeout:.0f}s",
-                         log_tail(runner, SLURMCTLD_LOG_FILE))  # fmt: skip
+        raise SlurmError(
+            f"slurmctld on {me} not answering after {timeout:.0f}s", log_tail(runner, SLURMCTLD_LOG_FILE)
+        )
 
 
-def start_slurmctld(runner: CommandRunner, conf_text: str, cgroup_text: str, timeout: float = 30.0,
-                    sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> None:  # fmt: skip
+def start_slurmctld(
+    runner: CommandRunner,
+    conf_text: str,
+    cgroup_text: str,
+    timeout: float = 30.0,
+    sleep: Sleep = time.sleep,
+    clock: Clock = time.monotonic,
+) -> None:
     """Writes the confs and starts slurmctld (if not running); returns once ``scontrol ping`` run in
     this node reports this controller UP."""
     write_controller_conf(runner, conf_text, cgroup_text)
     _start_and_wait_slurmctld(runner, timeout, sleep, clock)
 
 
-def restart_slurmctld(runner: CommandRunner, conf_text: str, cgroup_text: str, timeout: float = 60.0,
-                      sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> None:  # fmt: skip
+def restart_slurmctld(
+    runner: CommandRunner,
+    conf_text: str,
+    cgroup_text: str,
+    timeout: float = 60.0,
+    sleep: Sleep = time.sleep,
+    clock: Clock = time.monotonic,
+) -> None:
     """Graceful restart with a new conf: SIGTERM (state is saved, jobs keep running), wait for exit,
     write the confs, start, wait for ping. For HA call it on the backups first, then the primary."""
     stop_daemon(runner, SLURMCTLD_PID_FILE, "slurmctld", timeout, sleep, clock)
@@ -253,8 +292,9 @@ def conf_server_arg(controller_ips: Iterable[str], port: int = SLURMCTLD_PORT) -
     return [f"{ip}:{port}" for ip in controller_ips]
 
 
-def slurmd_argv(conf_servers: Sequence[str], cpus: int, real_memory: int, feature: str,
-                gres: str | None = None) -> list[str]:  # fmt: skip
+def slurmd_argv(
+    conf_servers: Sequence[str], cpus: int, real_memory: int, feature: str, gres: str | None = None
+) -> list[str]:
     """The dynamic-node slurmd command line (reference/local-slurm.md §3c)."""
     node_conf = f"CPUs={cpus} RealMemory={real_memory} Feature={feature}"
     if gres:
@@ -262,9 +302,17 @@ def slurmd_argv(conf_servers: Sequence[str], cpus: int, real_memory: int, featur
     return ["/usr/sbin/slurmd", "-Z", "--conf-server", ",".join(conf_servers), "--conf", node_conf]
 
 
-def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], cpus: int, real_memory: int,
-                 feature: str, gres: str | None = None, timeout: float = 15.0,
-                 sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> None:  # fmt: skip
+def start_slurmd(
+    runner: CommandRunner,
+    conf_servers: Sequence[str],
+    cpus: int,
+    real_memory: int,
+    feature: str,
+    gres: str | None = None,
+    timeout: float = 15.0,
+    sleep: Sleep = time.sleep,
+    clock: Clock = time.monotonic,
+) -> None:
     """Starts a configless dynamic slurmd (if not running) and links /opt/slurm/etc/slurm.conf to
     the configless cache. Registration is confirmed on the controller (``wait_for_nodes``)."""
     if not conf_servers:
@@ -278,8 +326,9 @@ def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], cpus: int, 
     link_opt_slurm_conf(runner, CONFIGLESS_SLURM_CONF)
 
 
-def stop_slurmd(runner: CommandRunner, timeout: float = 30.0,
-                sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> bool:  # fmt: skip
+def stop_slurmd(
+    runner: CommandRunner, timeout: float = 30.0, sleep: Sleep = time.sleep, clock: Clock = time.monotonic
+) -> bool:
     """SIGTERM slurmd and wait (running job steps survive a slurmd restart). False if not running."""
     return stop_daemon(runner, SLURMD_PID_FILE, "slurmd", timeout, sleep, clock)
 
@@ -301,7 +350,9 @@ def configure_login(runner: CommandRunner, conf_text: str) -> None:
 class SlurmControl:
     """Admin commands run inside a controller node (usually the primary)."""
 
-    def __init__(self, runner: CommandRunner, sleep: Sleep = time.sleep, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self, runner: CommandRunner, sleep: Sleep = time.sleep, clock: Clock = time.monotonic
+    ) -> None:
         self.runner = runner
         self._sleep = sleep
         self._clock = clock
@@ -327,8 +378,9 @@ class SlurmControl:
     def _update(self, node: str, *params: str) -> None:
         r = self._scontrol("update", f"nodename={node}", *params)
         if r.returncode != 0:
-            raise SlurmError(f"scontrol update nodename={node} {' '.join(params)} failed: "
-                             f"{(r.stderr or r.stdout).strip()}")  # fmt: skip
+            raise SlurmError(
+                f"scontrol update nodename={node} {' '.join(params)} failed: {(r.stderr or r.stdout).strip()}"
+            )
 
     def drain(self, node: str, reason: str) -> None:
         """Drain with a ``slurmpod: `` reason (running jobs finish, nothing new starts)."""

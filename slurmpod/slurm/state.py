@@ -16,7 +16,9 @@ from typing import Any
 
 BASE_STATES = frozenset({"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"})
 _USABLE = frozenset({"IDLE", "ALLOCATED", "MIXED", "COMPLETING"})
-_UNUSABLE_FLAGS = frozenset({"NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "FAIL"})
+_UNUSABLE_FLAGS = frozenset(
+    {"NOT_RESPONDING", "INVALID_REG", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "FAIL"}
+)
 
 
 @dataclass(frozen=True)

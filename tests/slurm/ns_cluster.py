@@ -60,7 +60,9 @@ class NsRunner:
             )
         except subprocess.TimeoutExpired as e:
             raise TemporaryProviderError(f"timeout after {timeout}s: {argv}") from e
-        return CommandResult(p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"))
+        return CommandResult(
+            p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+        )
 
     def interactive_argv(self, argv: Sequence[str]) -> list[str]:
         return self._argv(argv)
@@ -116,12 +118,26 @@ class NsCluster:
         _ip("-n", netns, "link", "set", "lo", "up")
         popen = subprocess.Popen(
             [
-                "nsenter", f"--net=/run/netns/{netns}", "unshare", "--uts", "--ipc", "--mount", "--pid",
-                "--fork", "--kill-child", "--mount-proc", "--propagation", "private",
-                sys.executable, str(INIT), name, str(d / "hosts"), str(d / "resolv.conf"),
+                "nsenter",
+                f"--net=/run/netns/{netns}",
+                "unshare",
+                "--uts",
+                "--ipc",
+                "--mount",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "--propagation",
+                "private",
+                sys.executable,
+                str(INIT),
+                name,
+                str(d / "hosts"),
+                str(d / "resolv.conf"),
             ],
             start_new_session=True,
-        )  # fmt: skip
+        )
         init_pid = self._wait_child(popen.pid)
         node = NsNode(name, ip, netns, popen, init_pid, NsRunner(init_pid))
         self.nodes[name] = node

@@ -38,8 +38,15 @@ class FakeRunner:
 
         self.handlers.insert(0, handler)
 
-    def run(self, argv: Sequence[str], *, timeout: float, input: bytes | None = None,
-            env: Mapping[str, str] | None = None, cwd: str | None = None) -> CommandResult:  # fmt: skip
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> CommandResult:
         assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
         assert 0 < timeout <= 120
         self.calls.append((list(argv), input, timeout))
@@ -80,11 +87,21 @@ def test_write_file_is_install_then_rename() -> None:
     r = FakeRunner()
     control.write_file(r, "/etc/munge/munge.key", b"k" * 8, 0o400, "munge")
     assert r.calls[0] == (
-        ["install", "-D", "-m", "0400", "-o", "munge", "-g", "munge", "/dev/stdin",
-         "/etc/munge/munge.key.slurmpod-tmp"],
+        [
+            "install",
+            "-D",
+            "-m",
+            "0400",
+            "-o",
+            "munge",
+            "-g",
+            "munge",
+            "/dev/stdin",
+            "/etc/munge/munge.key.slurmpod-tmp",
+        ],
         b"k" * 8,
         control.CMD_TIMEOUT,
-    )  # fmt: skip
+    )
     assert r.argvs()[1] == ["mv", "-f", "/etc/munge/munge.key.slurmpod-tmp", "/etc/munge/munge.key"]
 
 
@@ -104,8 +121,14 @@ def test_start_munge() -> None:
     key_call = next(c for c in r.calls if c[0][-1] == "/etc/munge/munge.key.slurmpod-tmp")
     assert key_call[1] == b"KEY" and key_call[0][2:8] == ["-m", "0400", "-o", "munge", "-g", "munge"]
     start = r.index(["setpriv"])
-    assert argvs[start] == ["setpriv", "--reuid=munge", "--regid=munge", "--init-groups",
-                            "/usr/sbin/munged", "--num-threads=2"]  # fmt: skip
+    assert argvs[start] == [
+        "setpriv",
+        "--reuid=munge",
+        "--regid=munge",
+        "--init-groups",
+        "/usr/sbin/munged",
+        "--num-threads=2",
+    ]
     assert start > r.index(["mv", "-f", "/etc/munge/munge.key.slurmpod-tmp"])
 
 
@@ -221,9 +244,13 @@ def test_start_slurmd_argv() -> None:
     servers = control.conf_server_arg(["10.0.0.10", "10.0.0.9"])
     control.start_slurmd(r, servers, 8, 30000, "gpu-a", gres="gpu:1", sleep=clock.sleep, clock=clock)
     assert [
-        "/usr/sbin/slurmd", "-Z", "--conf-server", "10.0.0.10:6817,10.0.0.9:6817",
-        "--conf", "CPUs=8 RealMemory=30000 Feature=gpu-a Gres=gpu:1",
-    ] in r.argvs()  # fmt: skip
+        "/usr/sbin/slurmd",
+        "-Z",
+        "--conf-server",
+        "10.0.0.10:6817,10.0.0.9:6817",
+        "--conf",
+        "CPUs=8 RealMemory=30000 Feature=gpu-a Gres=gpu:1",
+    ] in r.argvs()
     assert ["ln", "-sfn", "/run/slurm/conf/slurm.conf", "/opt/slurm/etc/slurm.conf"] in r.argvs()
 
 
@@ -271,7 +298,8 @@ def test_delete_node() -> None:
 
 def test_nodes_and_wait() -> None:
     r, clock = FakeRunner(), FakeClock()
-    r.on(["sinfo", "--json"], CommandResult(1, "", "down"), CommandResult(0, (SAMPLES / "sinfo_idle.json").read_text(), ""))
+    idle = CommandResult(0, (SAMPLES / "sinfo_idle.json").read_text(), "")
+    r.on(["sinfo", "--json"], CommandResult(1, "", "down"), idle)
     sc = SlurmControl(r, sleep=clock.sleep, clock=clock)
     assert sc.wait_for_nodes(["ip-10-239-77-11", "ip-10-239-77-13"], timeout=5) == {
         "ip-10-239-77-11",

@@ -24,7 +24,8 @@ from slurmpod.slurm.control import SlurmControl
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(
-        os.geteuid() != 0 or not all(shutil.which(b) for b in ("slurmctld", "slurmd", "munged", "nsenter", "ip")),
+        os.geteuid() != 0
+        or not all(shutil.which(b) for b in ("slurmctld", "slurmd", "munged", "nsenter", "ip")),
         reason="needs root, iproute2 and Slurm/munge daemons",
     ),
 ]
@@ -91,8 +92,9 @@ def test_cluster_lifecycle(cluster: NsCluster, state_dir: str) -> None:
     assert opt.returncode == 0 and "PartitionName=compute" in opt.stdout
 
     control.configure_login(login.runner, conf)
-    r = login.runner.run(["sbatch", "-p", "compute", "-o", "/dev/null", "--parsable", "--wrap", "hostname"],
-                         timeout=20)  # fmt: skip
+    r = login.runner.run(
+        ["sbatch", "-p", "compute", "-o", "/dev/null", "--parsable", "--wrap", "hostname"], timeout=20
+    )
     assert r.returncode == 0, r.stderr
     assert _wait_job_done(login.runner, r.stdout.strip()) in ("COMPLETED", "gone")
 

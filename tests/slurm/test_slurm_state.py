@@ -56,6 +56,8 @@ def _node(state: str, flags: list[str]) -> SlurmNode:
         ("down", ["DRAIN", "NOT_RESPONDING"], False, True),
         ("unknown", [], False, False),
         ("idle", ["POWERED_DOWN"], False, False),
+        # seen on 22.05: Gres=gpu:8 advertised by a node without GPUs
+        ("idle", ["DRAIN", "DYNAMIC_NORM", "INVALID_REG"], False, True),
     ],
 )
 def test_predicates(state: str, flags: list[str], joined: bool, drained: bool) -> None:

@@ -73,6 +73,32 @@ def pids_in_mntns(mntns: str) -> list[int]:
     return found
 
 
+def _gone(mntns: str) -> Callable[[], bool]:
+    return lambda: not pids_in_mntns(mntns)
+
+
+def kill_strays(boot_file: Path, timeout: float = STOP_TIMEOUT) -> None:
+    """Kills holders of ``boot_file`` the record does not know (e.g. slurmpod died mid-launch) and waits
+    until their mount namespaces are gone, so no second overlay is ever mounted on the same upper dir."""
+    needle = f"{NODEINIT} {boot_file}"
+    strays = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmd and proc_state(int(entry)) not in (None, "Z", "X"):
+            strays.append(int(entry))
+    namespaces = {ns for ns in (ns_of(pid, "mnt") for pid in strays) if ns}
+    for pid in strays:
+        _kill(pid)
+    for mntns in namespaces:
+        if not _wait(_gone(mntns), timeout):
+            raise TemporaryProviderError(f"stray node processes still in mount namespace {mntns}")
+
+
 @dataclass(frozen=True)
 class Boot:
     """A running holder."""

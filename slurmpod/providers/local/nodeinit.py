@@ -118,6 +118,12 @@ def build_root(cfg: dict) -> None:
     """Assembles the node's root under ``cfg['merged']`` and pivots into it."""
     r = cfg["merged"]
     socket.sethostname(cfg["hostname"])
+    for conf in ("all", "default", "eth0", "lo"):  # IPv4 only (this is the node's netns)
+        try:
+            with open(f"/proc/sys/net/ipv6/conf/{conf}/disable_ipv6", "w") as fh:
+                fh.write("1")
+        except OSError:
+            pass
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing propagates to the host; pivot_root needs it
     mount("overlay", r, "overlay", 0,
           f"lowerdir={cfg['lower']},upperdir={cfg['upper']},workdir={cfg['work']}")

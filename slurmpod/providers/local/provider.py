@@ -229,6 +229,7 @@ class LocalProvider:
     def _stop(self, rec: InstanceRecord) -> None:
         holder.stop(rec.holder_pid, rec.holder_start, rec.unshare_pid, rec.unshare_start, rec.mntns,
                     popen=self._popens.pop(rec.instance_id, None))
+        holder.kill_strays(self.layout.instance(rec.cluster_id, rec.instance_id) / "boot.json")
         rec.holder_pid, rec.holder_start, rec.unshare_pid, rec.unshare_start = 0, "", 0, ""
         rec.mntns, rec.netns_inode = "", 0
         meta = self._meta(rec.cluster_id, rec.instance_id)

@@ -111,8 +111,9 @@ class SimulatedProvider:
         with self._lock:
             ip = str(ipaddress.IPv4Address(self._next_ip))
             self._next_ip += 1
-            inst = ProviderInstance(request.cluster_id, request.instance_id, request.group, ip, hostname_for_ip(ip), True)
-            self._append(f"launch {request.cluster_id} {request.instance_id} {request.group} {ip} {request.instance_type}")
+            r = request
+            inst = ProviderInstance(r.cluster_id, r.instance_id, r.group, ip, hostname_for_ip(ip), True)
+            self._append(f"launch {r.cluster_id} {r.instance_id} {r.group} {ip} {r.instance_type}")
             self.instances[request.instance_id] = inst
             self.types[request.instance_id] = request.instance_type
             self.launch_counts[request.instance_id] = self.launch_counts.get(request.instance_id, 0) + 1
