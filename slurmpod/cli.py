@@ -99,6 +99,17 @@ def cmd_images(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_connect(args: argparse.Namespace) -> int:
+    from slurmpod.connect import ConnectError, connect
+
+    settings = Settings(state_dir=Path(args.state_dir), db_url=args.db)
+    command = list(args.command_argv or [])
+    try:
+        return connect(settings.state_dir, settings.database_url, args.target, args.cluster, args.group, command)
+    except ConnectError as exc:
+        return _die(str(exc))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmpod", description="Real Slurm clusters behind a HyperPod-compatible API"
@@ -127,6 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--check", action="store_true", help="only report leftovers; exit 1 if any")
     c.set_defaults(func=cmd_cleanup)
 
+    k = sub.add_parser("connect", help="a root shell (or one command after --) inside a node")
+    k.add_argument("target", nargs="?", help="sagemaker-cluster:<cluster-id>_<group>-<instance-id>")
+    k.add_argument("--cluster", help="cluster name or ARN (instead of a target)")
+    k.add_argument("--group", help="instance group (with --cluster); default: a controller")
+    k.add_argument("--state-dir", default=str(default_state_dir()))
+    k.add_argument("--db", default=None)
+    k.set_defaults(command_argv=[])
+    k.set_defaults(func=cmd_connect)
+
     i = sub.add_parser("images", help="image releases")
     isub = i.add_subparsers(dest="images_command", required=True)
     il = isub.add_parser("list", help="list image releases")
@@ -135,7 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    trailing: list[str] = []
+    if argv and argv[0] == "connect" and "--" in argv:
+        cut = argv.index("--")
+        argv, trailing = argv[:cut], argv[cut + 1 :]
     args = build_parser().parse_args(argv)
+    if trailing:
+        args.command_argv = trailing
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,6 +9,7 @@ from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.providers.base import InstanceRequest, ProviderError, TemporaryProviderError
 from slurmpod.providers.simulated import SimulatedProvider
 from slurmpod.reconciler.runtime import NodeBootError
+from slurmpod.reconciler.topology import topology_key
 
 SIMULATED_IMAGE_ROOT = "/nonexistent-simulated-image"
 
@@ -23,10 +22,7 @@ class SimulatedRuntime:
         self.image_id = image_id
 
     def desired_topology(self, cluster: ClusterRecord) -> str:
-        topo = sorted(
-            (g.name, g.node_type.value if g.node_type else "", g.partition or "") for g in cluster.spec.instance_groups
-        )
-        return "sim-" + hashlib.sha256(json.dumps(topo).encode()).hexdigest()[:16]
+        return topology_key(cluster.spec)
 
     def boot_step(
         self, cluster: ClusterRecord, node: NodeRecord, phase: str, nodes: Sequence[NodeRecord]

@@ -22,7 +22,8 @@ from slurmpod.errors import (
 )
 from slurmpod.store.sql import SqlStore
 
-Snapshotter = Callable[[str], str]  # SourceS3Uri -> content digest (raises ValueError with a message)
+# (SourceS3Uri, entry point) -> content digest of the snapshot; raises ValueError with a user-facing message
+Snapshotter = Callable[[str, str | None], str]
 
 
 @dataclass(frozen=True)
@@ -93,19 +94,20 @@ class ClusterService:
     def _snapshots(self, spec: ClusterSpec, previous: dict[str, str] | None = None) -> dict[str, str]:
         """Snapshots every group's lifecycle source now, so all nodes of this operation run the same files."""
         out: dict[str, str] = {}
-        cache: dict[str, str] = {}
+        cache: dict[tuple[str, str | None], str] = {}
         for g in spec.instance_groups:
-            uri = g.life_cycle_config.source_s3_uri if g.life_cycle_config else None
-            if not uri or self.snapshotter is None:
+            lcc = g.life_cycle_config
+            if lcc is None or not lcc.source_s3_uri or self.snapshotter is None:
                 continue
-            if uri not in cache:
+            key = (lcc.source_s3_uri, lcc.entry_point)
+            if key not in cache:
                 try:
-                    cache[uri] = self.snapshotter(uri)
+                    cache[key] = self.snapshotter(*key)
                 except ValueError as exc:
                     raise ValidationException(
-                        f"Failed to read LifeCycleConfig.SourceS3Uri {uri} for instance group {g.name}: {exc}"
+                        f"Failed to read LifeCycleConfig.SourceS3Uri {key[0]} for instance group {g.name}: {exc}"
                     ) from exc
-            out[g.name] = cache[uri]
+            out[g.name] = cache[key]
         return out
 
     def create(self, caller: Caller, spec: ClusterSpec) -> ClusterRecord:

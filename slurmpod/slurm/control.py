@@ -114,7 +114,16 @@ def ensure_dir(runner: CommandRunner, path: str, mode: int = 0o755, owner: str =
 
 
 def link_opt_slurm_conf(runner: CommandRunner, target: str) -> None:
-    """``/opt/slurm/etc/slurm.conf`` -> ``target`` (AWS sample scripts read that path)."""
+    """``/opt/slurm/etc/slurm.conf`` -> ``target`` (AWS sample scripts read that path).
+
+    Nothing to do when the path already is ``target`` (e.g. the image links /opt/slurm/etc to /etc/slurm).
+    """
+    if _run(runner, ["test", OPT_SLURM_CONF, "-ef", target], timeout=10).returncode == 0:
+        return
+    if _run(runner, ["test", "-L", "/opt/slurm/etc"], timeout=10).returncode == 0:
+        # /opt/slurm/etc -> /etc/slurm: make slurm.conf there point at target (configless cache)
+        _check(runner, ["ln", "-sfn", target, SLURM_CONF])
+        return
     ensure_dir(runner, "/opt/slurm/etc")
     _check(runner, ["ln", "-sfn", target, OPT_SLURM_CONF])
 

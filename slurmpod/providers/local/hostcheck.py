@@ -39,8 +39,11 @@ def _fstype_of(path: Path) -> str | None:
     return fstype
 
 
-def check_host(state_dir: Path | None = None) -> None:
-    """Raises ``SetupError`` (one line, saying what to do) unless the local provider can run here."""
+def check_host(state_dir: Path | None = None, cidr: str | None = None) -> None:
+    """Raises ``SetupError`` (one line, saying what to do) unless the local provider can run here.
+
+    With ``cidr``, also checks that the range does not overlap the host's routes (``--local-cidr``).
+    """
     if os.geteuid() != 0:
         raise SetupError("the local provider needs root: run slurmpod as root (e.g. with sudo)")
     missing = [t for t in REQUIRED_TOOLS if _which(t) is None]
@@ -61,3 +64,7 @@ def check_host(state_dir: Path | None = None) -> None:
                 f"state dir {state_dir} is on overlayfs, which cannot hold root volumes: "
                 "pass --state-dir on ext4, xfs or tmpfs (e.g. a bind-mounted volume)"
             )
+    if cidr is not None:
+        from slurmpod.providers.local.netns import choose_subnet, host_routes
+
+        choose_subnet(cidr, "check", set(), host_routes())

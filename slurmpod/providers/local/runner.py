@@ -71,13 +71,28 @@ class LocalRunner:
         return [*nsenter_argv(pid), "--", "env", *env, *argv]
 
 
+def _pgrp(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[2])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kills nsenter *and* the command it forked inside the node (same process group)."""
+    """Kills the command nsenter forked inside the node, and its process group, but not nsenter itself:
+    nsenter then reaps its child. (Orphans of a killed nsenter would go to the *host's* init.)"""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != proc.pid and _pgrp(int(entry)) == proc.pid:
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(5)
+        proc.wait(2)
     except subprocess.TimeoutExpired:
-        pass
+        proc.kill()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,25 @@ def test_munge_inside_node(provider: LocalProvider, nodes: dict) -> None:
     assert run(provider, a, "ps", "-o", "ppid=", "-p", pid).strip() == "1"
 
 
+def test_orphans_are_reaped_by_node_pid1(provider: LocalProvider, nodes: dict) -> None:
+    r = provider.runner(CLUSTER, IDS[1])
+    assert r.run(["sh", "-c", "(sleep 0.05 &); (sleep 0.05 &); true"], timeout=10).returncode == 0
+    time.sleep(0.4)
+    states = r.run(["ps", "-eo", "stat="], timeout=10).stdout.split()
+    assert not [st for st in states if st.startswith("Z")]
+
+
+def test_check_host_cidr() -> None:
+    check_host(cidr="10.231.0.0/16")
+    routes = json.loads(subprocess.run(["ip", "-j", "route"], capture_output=True, text=True,
+                                       timeout=10).stdout or "[]")
+    taken = [r["dst"] for r in routes if r.get("dst") not in (None, "default") and "/" in r["dst"]
+             and not str(r.get("dev", "")).startswith("sp")]
+    if taken:
+        with pytest.raises(SetupError, match="--local-cidr"):
+            check_host(cidr=taken[0])
+
+
 def test_readoption_by_new_provider_object(provider: LocalProvider, nodes: dict, state_dir: Path) -> None:
     fresh = LocalProvider(state_dir)
     seen = {i.instance_id: i for i in fresh.list_instances(CLUSTER)}
@@ -247,9 +267,9 @@ def test_runner_timeout_and_unknown_instance(provider: LocalProvider, nodes: dic
     r = provider.runner(CLUSTER, IDS[1])
     t0 = time.monotonic()
     with pytest.raises(TemporaryProviderError):
-        r.run(["sleep", "30"], timeout=0.5)
+        r.run(["sleep", "31"], timeout=0.5)
     assert time.monotonic() - t0 < 5
-    assert r.run(["pgrep", "-x", "sleep"], timeout=10).returncode == 1  # killed inside the node too
+    assert r.run(["pgrep", "-f", "sleep 31"], timeout=10).returncode == 1  # killed (and reaped) in the node
     res = r.run(["sh", "-c", "pwd; echo $HOME; echo $PATH; echo $FOO"], timeout=10, env={"FOO": "bar"},
                 cwd="/tmp")
     path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -295,6 +315,80 @@ def test_terminate_and_teardown_leave_nothing(state_dir: Path) -> None:
     assert not prov.layout.cluster(cid).exists()
     assert not Path(f"/sys/class/net/sp{cid[:10]}").exists()
     assert not [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if str(state_dir) in m]
+
+
+def test_crashed_node_reported_dead_then_rebooted(provider: LocalProvider, nodes: dict) -> None:
+    b = IDS[1]
+    meta = provider.layout.instance(CLUSTER, b) / "meta.json"
+    os.kill(json.loads(meta.read_text())["holder_pid"], 9)
+    for _ in range(200):
+        if not {i.instance_id: i for i in provider.list_instances(CLUSTER)}[b].alive:
+            break
+        time.sleep(0.01)
+    assert not {i.instance_id: i for i in LocalProvider(provider.state_dir).list_instances(CLUSTER)}[b].alive
+    with pytest.raises(TemporaryProviderError):
+        provider.runner(CLUSTER, b).run(["true"], timeout=5)
+    inst = provider.reboot(CLUSTER, b)
+    assert inst.alive and inst.ip == nodes[b].ip
+    assert run(provider, b, "cat", "/shared/f").strip() == "shared-data"
+
+
+def _holders_of(boot_file: Path) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if entry.isdigit() and cmd and b"unshare" not in cmd[0] and str(boot_file).encode() in cmd:
+            found.append(int(entry))
+    return found
+
+
+def test_unrecorded_holder_is_replaced_not_doubled(provider: LocalProvider, nodes: dict) -> None:
+    """slurmpod killed between starting a holder and recording it: launch() must not mount twice."""
+    b = IDS[1]
+    inst_dir = provider.layout.instance(CLUSTER, b)
+    data = json.loads((inst_dir / "meta.json").read_text())
+    data.update(holder_pid=0, holder_start="", unshare_pid=0, unshare_start="", mntns="", netns_inode=0)
+    (inst_dir / "meta.json").write_text(json.dumps(data))
+    fresh = LocalProvider(provider.state_dir)
+    assert fresh.launch(request(b)).alive
+    assert len(_holders_of(inst_dir / "boot.json")) == 1
+    assert run(fresh, b, "hostname").strip() == nodes[b].hostname
+
+
+def test_parallel_launches_get_distinct_addresses(provider: LocalProvider, nodes: dict) -> None:
+    ids = [f"i-0000000000000f{k:03d}" for k in range(6)]
+    t0 = time.monotonic()
+    try:
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            launched = list(pool.map(lambda i: provider.launch(request(i, itype="ml.t3.small")), ids))
+        sys.stderr.write(f"6 parallel launches: {time.monotonic() - t0:.3f}s\n")
+        assert len({i.ip for i in launched}) == 6 and all(i.alive for i in launched)
+        hosts = provider.layout.hosts(CLUSTER).read_text()
+        assert all(i.hostname in hosts for i in launched)
+    finally:
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            list(pool.map(lambda i: provider.terminate(CLUSTER, i), ids))
+    assert {i.instance_id for i in provider.list_instances(CLUSTER)} == set(IDS)
+
+
+def test_cleanup_removes_everything_of_a_state_dir() -> None:
+    path = Path(tempfile.mkdtemp(prefix="slurmpod-localclean-", dir="/var/tmp"))
+    try:
+        prov = LocalProvider(path)
+        prov.launch(request("i-00000000000000g07", cluster="lpdclust0004"))
+        found = find_leftovers(path)
+        assert any(x.startswith("netns ") for x in found) and any(x.startswith("process ") for x in found)
+        assert cleanup(path, dry_run=True) == found
+        assert find_leftovers(path) == found
+        cleanup(path)
+        assert find_leftovers(path) == []
+        assert not Path("/run/netns/sp-lpdclust0004-00000g07").exists()
+    finally:
+        cleanup(path)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_module_teardown_leaves_nothing(state_dir: Path, provider: LocalProvider, nodes: dict) -> None:

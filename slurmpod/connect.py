@@ -1,0 +1,69 @@
+"""``slurmpod connect``: a root shell (or one command) inside a node, HyperPod's SSM target syntax."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from slurmpod.domain.model import NodeRecord
+from slurmpod.domain.status import InstanceStatus
+from slurmpod.store.sql import SqlStore
+
+TARGET_RE = re.compile(r"^sagemaker-cluster:([a-z0-9]{12})_(.+)-(i-[0-9a-f]{8,17})$")
+
+
+class ConnectError(Exception):
+    """A one-line, actionable message for the user."""
+
+
+def parse_target(target: str) -> tuple[str, str, str]:
+    m = TARGET_RE.match(target)
+    if not m:
+        raise ConnectError(
+            f"bad target {target!r}; use sagemaker-cluster:<cluster-id>_<instance-group>-<instance-id>"
+        )
+    return m.group(1), m.group(2), m.group(3)
+
+
+def resolve(store: SqlStore, target: str | None, cluster: str | None, group: str | None) -> NodeRecord:
+    if target:
+        cluster_id, grp, iid = parse_target(target)
+        node = store.get_node(iid)
+        if node is None or node.cluster_id != cluster_id or node.group != grp:
+            raise ConnectError(f"no instance {iid} in group {grp} of cluster {cluster_id}")
+        return node
+    if not cluster:
+        raise ConnectError("give a TARGET or --cluster NAME [--group G]")
+    recs = [c for c in store.list_clusters() if cluster in (c.name, c.arn, c.cluster_id)]
+    if not recs:
+        raise ConnectError(f"no cluster {cluster}")
+    nodes = [n for n in store.list_nodes(recs[0].cluster_id)
+             if n.status == InstanceStatus.RUNNING and (group is None or n.group == group)]
+    if group is None:
+        ctl = [g.name for g in recs[0].spec.instance_groups if g.node_type and g.node_type.value == "Controller"]
+        nodes.sort(key=lambda n: (n.group not in ctl, n.seq))
+    if not nodes:
+        raise ConnectError(f"no running instance in cluster {cluster}" + (f" group {group}" if group else ""))
+    return nodes[0]
+
+
+def connect(state_dir: Path, db_url: str, target: str | None, cluster: str | None, group: str | None,
+            command: Sequence[str]) -> int:
+    from slurmpod.providers.local.provider import LocalProvider
+
+    store = SqlStore(db_url)
+    try:
+        node = resolve(store, target, cluster, group)
+    finally:
+        store.close()
+    runner = LocalProvider(state_dir).runner(node.cluster_id, node.instance_id)
+    argv = runner.interactive_argv(list(command) if command else ["bash", "-l"])
+    if command:
+        return subprocess.run(argv, check=False).returncode  # noqa: S603
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)  # noqa: S606
+    return 0  # pragma: no cover

@@ -1,0 +1,344 @@
+"""``SlurmRuntime``: real Slurm clusters over a host ``Provider`` (the ``local`` provider by default).
+
+Boot phases of a node (``domain.model.PHASES``), each idempotent so a restarted server can resume:
+
+* ``launched``   the provider makes the host (namespaces, overlay root volume, address)
+* ``baseline``   the image baseline: munge key and munged, Slurm dirs, cluster SSH key, log rotation,
+                 ``/opt/ml/config/resource_config.json``
+* ``on_create``  the group's OnCreate script from the operation's snapshot (before Slurm starts)
+* ``daemons``    controller: slurmctld; compute: dynamic configless slurmd; login: client config
+* ``joined``     the node is idle/usable in Slurm (compute), answers ping (controller), sinfo works (login)
+* ``on_init_complete``  the group's OnInitComplete script
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from slurmpod.domain.catalog import instance_type_info, slurm_resources
+from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.spec import InstanceGroupSpec, LifeCycleConfig
+from slurmpod.domain.status import InstanceStatus, NodeType
+from slurmpod.lifecycle.images import Image
+from slurmpod.lifecycle.resource_config import (
+    RESOURCE_CONFIG_PATH,
+    ResourceGroup,
+    ResourceInstance,
+    render_resource_config,
+)
+from slurmpod.lifecycle.run import format_failure, run_lifecycle_script, write_node_file
+from slurmpod.lifecycle.snapshot import load_snapshot
+from slurmpod.lifecycle.sources import LifecycleSourceError
+from slurmpod.providers.base import (
+    CommandRunner,
+    InstanceRequest,
+    Provider,
+    ProviderError,
+    TemporaryProviderError,
+    VolumeMount,
+)
+from slurmpod.reconciler.runtime import NodeBootError
+from slurmpod.reconciler.topology import topology_key
+from slurmpod.slurm import control
+from slurmpod.slurm.conf import DEFAULT_STATE_SAVE_LOCATION, SlurmTopology, render_cgroup_conf, render_slurm_conf
+
+log = logging.getLogger("slurmpod.runtime")
+
+STATE_VOLUME = VolumeMount("slurm-state", DEFAULT_STATE_SAVE_LOCATION)
+#: per-cluster shared home (HyperPod's FSx equivalent): job files visible on every node
+HOME_VOLUME = VolumeMount("home", "/home")
+JOIN_TIMEOUT = 60.0
+DRAIN_TIMEOUT = 120.0
+LOGROTATE = b"""/var/log/slurm/*.log /var/log/slurmpod/*.log {
+    weekly
+    rotate 4
+    compress
+    missingok
+    notifempty
+    copytruncate
+}
+"""
+
+
+class SlurmRuntime:
+    def __init__(self, provider: Provider, state_dir: Path, image: Image, *, join_timeout: float = JOIN_TIMEOUT):
+        self.provider = provider
+        self.name = provider.name
+        self.dir = state_dir / "clusters"
+        self.snapshots_dir = state_dir / "lifecycle"
+        self.image = image
+        self.join_timeout = join_timeout
+
+    # ---- per-cluster secrets --------------------------------------------------------------------
+
+    def _cluster_dir(self, cluster_id: str) -> Path:
+        d = self.dir / cluster_id
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return d
+
+    def munge_key(self, cluster_id: str) -> bytes:
+        path = self._cluster_dir(cluster_id) / "munge.key"
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(1024))
+            os.replace(tmp, path)
+        return path.read_bytes()
+
+    def ssh_key(self, cluster_id: str) -> tuple[bytes, bytes]:
+        d = self._cluster_dir(cluster_id)
+        key = d / "id_ed25519"
+        if not key.exists():
+            for p in (key, key.with_suffix(".pub")):
+                p.unlink(missing_ok=True)
+            subprocess.run(  # noqa: S603
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"slurmpod-{cluster_id}", "-f", str(key)],
+                check=True, timeout=30, capture_output=True,
+            )
+        return key.read_bytes(), key.with_suffix(".pub").read_bytes()
+
+    # ---- topology -------------------------------------------------------------------------------
+
+    def desired_topology(self, cluster: ClusterRecord) -> str:
+        return topology_key(cluster.spec)
+
+    @staticmethod
+    def _controllers(cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> list[NodeRecord]:
+        ctl = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
+        return sorted((n for n in nodes if n.group in ctl and n.ip and n.active), key=lambda n: n.seq)
+
+    def _topology(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> SlurmTopology:
+        ctls = self._controllers(cluster, nodes)
+        return SlurmTopology(
+            cluster_name=cluster.name,
+            controllers=tuple((n.hostname or "", n.ip or "") for n in ctls),
+            compute_groups=tuple(
+                (g.name, g.partition) for g in cluster.spec.instance_groups if g.node_type == NodeType.COMPUTE
+            ),
+        )
+
+    def _conf(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:
+        return render_slurm_conf(self._topology(cluster, nodes))
+
+    def _runner(self, cluster: ClusterRecord, node: NodeRecord) -> CommandRunner:
+        return self.provider.runner(cluster.cluster_id, node.instance_id)
+
+    def _primary(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> CommandRunner | None:
+        ctls = [n for n in self._controllers(cluster, nodes) if n.status == InstanceStatus.RUNNING or
+                "daemons" in n.phases]
+        return self._runner(cluster, ctls[0]) if ctls else None
+
+    # ---- boot -----------------------------------------------------------------------------------
+
+    def boot_step(
+        self, cluster: ClusterRecord, node: NodeRecord, phase: str, nodes: Sequence[NodeRecord]
+    ) -> Mapping[str, Any]:
+        group = cluster.spec.group(node.group)
+        if group is None:
+            raise NodeBootError(f"instance group {node.group} no longer exists")
+        try:
+            return getattr(self, f"_phase_{phase}")(cluster, node, group, nodes)  # type: ignore[no-any-return]
+        except NodeBootError:
+            raise
+        except control.SlurmError as exc:
+            raise NodeBootError(f"{phase}: {exc}") from exc
+        except TemporaryProviderError as exc:
+            raise NodeBootError(str(exc), retryable=True, delay=exc.delay) from exc
+        except (ProviderError, LifecycleSourceError, OSError, subprocess.SubprocessError) as exc:
+            raise NodeBootError(f"{phase}: {exc}") from exc
+
+    def _request(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec) -> InstanceRequest:
+        volumes = (STATE_VOLUME, HOME_VOLUME) if group.node_type == NodeType.CONTROLLER else (HOME_VOLUME,)
+        return InstanceRequest(
+            cluster_id=cluster.cluster_id,
+            instance_id=node.instance_id,
+            group=node.group,
+            instance_type=group.instance_type or "ml.t3.medium",
+            image_id=node.image_id or self.image.image_id,
+            image_root=self.image.root,
+            volumes=volumes,
+            labels={"slurmpod/cluster": cluster.name, "slurmpod/group": node.group},
+        )
+
+    def _phase_launched(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+                        nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+        self.provider.prepare_cluster(cluster.cluster_id)
+        inst = self.provider.launch(self._request(cluster, node, group))
+        return {"ip": inst.ip, "hostname": inst.hostname}
+
+    def _phase_baseline(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+                        nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+        r = self._runner(cluster, node)
+        control.start_munge(r, self.munge_key(cluster.cluster_id))
+        for d in ("/var/log/slurm", "/var/log/slurmpod"):
+            control.ensure_dir(r, d, 0o755, "slurm" if d.endswith("slurm") else "root")
+        private, public = self.ssh_key(cluster.cluster_id)
+        control.ensure_dir(r, "/root/.ssh", 0o700)
+        control.write_file(r, "/root/.ssh/id_ed25519", private, 0o600, "root")
+        control.write_file(r, "/root/.ssh/id_ed25519.pub", public, 0o644, "root")
+        control.write_file(r, "/root/.ssh/authorized_keys", public, 0o600, "root")
+        control.write_file(r, "/etc/logrotate.d/slurmpod", LOGROTATE, 0o644, "root")
+        write_node_file(r, RESOURCE_CONFIG_PATH, self._resource_config(cluster, nodes))
+        return {}
+
+    def _resource_config(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:
+        groups = [
+            ResourceGroup(
+                g.name, g.instance_type or "",
+                tuple(ResourceInstance(n.instance_id, n.ip or "", n.hostname) for n in nodes
+                      if n.group == g.name and n.ip and n.active),
+            )
+            for g in cluster.spec.instance_groups
+        ]
+        return render_resource_config(groups, cluster_name=cluster.name, cluster_arn=cluster.arn)
+
+    def _script(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec, entry: str | None) -> None:
+        lcc: LifeCycleConfig | None = group.life_cycle_config
+        digest = cluster.lifecycle_snapshots.get(group.name) or node.lifecycle_digest
+        if lcc is None or entry is None or digest is None:
+            return
+        snap = load_snapshot(self.snapshots_dir, digest)
+        result = run_lifecycle_script(
+            self._runner(cluster, node), snap, entry,
+            env={"SLURMPOD_CLUSTER": cluster.name, "SLURMPOD_INSTANCE_ID": node.instance_id,
+                 "SLURMPOD_INSTANCE_GROUP": group.name},
+        )
+        log.info("node %s: %s exited %d (%s)", node.instance_id, entry, result.exit_code, digest[:19])
+        if not result.ok:
+            raise NodeBootError(format_failure(entry, result))
+
+    def _phase_on_create(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+                         nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+        entry = group.life_cycle_config.on_create if group.life_cycle_config else None
+        self._script(cluster, node, group, entry)
+        return {}
+
+    def _phase_on_init_complete(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+                                nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+        entry = group.life_cycle_config.on_init_complete if group.life_cycle_config else None
+        self._script(cluster, node, group, entry)
+        return {}
+
+    def _phase_daemons(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+                       nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+        r = self._runner(cluster, node)
+        if group.node_type == NodeType.CONTROLLER:
+            control.start_slurmctld(r, self._conf(cluster, nodes), render_cgroup_conf())
+            return {"applied_topology": self.desired_topology(cluster)}
+        if group.node_type == NodeType.LOGIN:
+            control.configure_login(r, self._conf(cluster, nodes))
+            return {}
+        ctls = self._controllers(cluster, nodes)
+        if not ctls:
+            raise NodeBootError("no controller is running", retryable=True)
+        cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"), group.threads_per_core)
+        control.start_slurmd(r, control.conf_server_arg(n.ip or "" for n in ctls), cpus, mem, group.name)
+        return {}
+
+    def _phase_joined(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+                      nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+        r = self._runner(cluster, node)
+        if group.node_type == NodeType.CONTROLLER:
+            if not any(control.ping(r).values()):
+                raise NodeBootError("slurmctld does not answer scontrol ping")
+            return {}
+        if group.node_type == NodeType.LOGIN:
+            res = r.run(["sinfo", "-h"], timeout=30)
+            if res.returncode != 0:
+                raise NodeBootError(f"sinfo fails on the login node: {res.stderr.strip()[-300:]}")
+            return {}
+        primary = self._primary(cluster, nodes)
+        if primary is None:
+            raise NodeBootError("no controller is running", retryable=True)
+        name = node.hostname or ""
+        joined = control.SlurmControl(primary).wait_for_idle([name], self.join_timeout)
+        if name not in joined:
+            tail = control.log_tail(r, "/var/log/slurm/slurmd.log")
+            raise NodeBootError(f"node {name} did not join Slurm within {self.join_timeout:.0f}s; slurmd log: {tail}")
+        return {}
+
+    # ---- topology changes, removal, teardown ------------------------------------------------------
+
+    def apply_topology(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:
+        conf = self._conf(cluster, nodes)
+        ctls = self._controllers(cluster, nodes)
+        for n in reversed(ctls):  # backups first, then the primary
+            control.restart_slurmctld(self._runner(cluster, n), conf, render_cgroup_conf())
+        login = {g.name for g in cluster.spec.groups_of(NodeType.LOGIN)}
+        for n in nodes:
+            if n.group in login and n.active and "daemons" in n.phases:
+                control.configure_login(self._runner(cluster, n), conf)
+        return self.desired_topology(cluster)
+
+    def remove_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        group = cluster.spec.group(node.group) or (cluster.last_good_spec.group(node.group)
+                                                   if cluster.last_good_spec else None)
+        is_compute = group is None or group.node_type in (NodeType.COMPUTE, None)
+        if is_compute and node.hostname and "daemons" in node.phases:
+            primary = self._primary(cluster, [n for n in nodes if n.instance_id != node.instance_id])
+            if primary is not None:
+                try:
+                    self._leave_slurm(primary, cluster, node)
+                except (control.SlurmError, ProviderError) as exc:
+                    log.warning("node %s: leaving Slurm failed (%s); terminating anyway", node.instance_id, exc)
+        self.provider.terminate(cluster.cluster_id, node.instance_id)
+
+    def _leave_slurm(self, primary: CommandRunner, cluster: ClusterRecord, node: NodeRecord) -> None:
+        import time
+
+        ctl = control.SlurmControl(primary)
+        name = node.hostname or ""
+        if ctl.node(name) is None:
+            return
+        ctl.drain(name, "removed by slurmpod")
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        while time.monotonic() < deadline:
+            sn = ctl.node(name)
+            if sn is None or not sn.has_jobs():
+                break
+            time.sleep(0.5)
+        try:
+            control.stop_slurmd(self._runner(cluster, node), timeout=10)
+        except (control.SlurmError, ProviderError):
+            pass
+        ctl.delete_node(name)
+
+    def teardown_cluster(self, cluster: ClusterRecord) -> None:
+        self.provider.teardown_cluster(cluster.cluster_id)
+        shutil.rmtree(self.dir / cluster.cluster_id, ignore_errors=True)
+
+    def alive(self, cluster: ClusterRecord) -> Mapping[str, bool]:
+        return {i.instance_id: i.alive for i in self.provider.list_instances(cluster.cluster_id)}
+
+
+def build_local_runtime(settings: Any) -> tuple[SlurmRuntime, Any]:
+    """The default runtime: the local namespace provider, the built-in image, file/s3/https snapshots."""
+    from slurmpod.lifecycle.images import BUILTIN
+    from slurmpod.lifecycle.run import resolve_entry_point
+    from slurmpod.lifecycle.snapshot import snapshot_source
+    from slurmpod.providers.local.hostcheck import check_host
+    from slurmpod.providers.local.provider import LocalProvider
+
+    state_dir = Path(settings.state_dir)
+    check_host(state_dir, settings.local_cidr)
+    provider = LocalProvider(state_dir, cidr=settings.local_cidr)
+    runtime = SlurmRuntime(provider, state_dir, BUILTIN)
+
+    def snapshotter(uri: str, entry_point: str | None) -> str:
+        try:
+            snap = snapshot_source(uri, runtime.snapshots_dir, s3_endpoint_url=settings.s3_endpoint_url)
+            if entry_point:
+                resolve_entry_point(snap, entry_point)
+        except LifecycleSourceError as exc:
+            raise ValueError(str(exc)) from exc
+        return snap.digest
+
+    return runtime, snapshotter

@@ -1,0 +1,19 @@
+"""What of a cluster spec shapes slurm.conf, and its digest (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from slurmpod.domain.spec import ClusterSpec
+
+
+def topology_key(spec: ClusterSpec) -> str:
+    """Digest of the groups, node types and partitions: changes iff slurm.conf's topology must change.
+    Controller addresses are not part of it (they are fixed for a controller's life)."""
+    topo = sorted(
+        (g.name, g.node_type.value if g.node_type else "", g.partition or "")
+        for g in spec.instance_groups
+        if g.node_type is None or g.node_type.value != "Login"
+    )
+    return "topo-" + hashlib.sha256(json.dumps(topo).encode()).hexdigest()[:16]
