@@ -8,8 +8,10 @@ before any launch, and providers are idempotent on them).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -28,6 +30,10 @@ from slurmpod.store.sql import SqlStore
 log = logging.getLogger("slurmpod.reconciler")
 
 MAX_BACKOFF = 300.0
+
+
+def _with_topology(cluster: ClusterRecord, topology: str) -> ClusterRecord:
+    return replace(cluster, applied_topology=topology)
 
 
 class Reconciler:
@@ -88,8 +94,6 @@ class Reconciler:
             self._wake.wait(self.interval)
 
     def run_once(self) -> None:
-        import time
-
         started = time.monotonic()
         for cluster_id in self.store.cluster_ids():
             try:
@@ -143,7 +147,8 @@ class Reconciler:
             if isinstance(action, p.CreateNodes):
                 self._create_nodes(cluster, action)
             elif isinstance(action, p.BootNode):
-                self._submit(cluster_id, action.instance_id, lambda i=action.instance_id: self._boot(cluster_id, i))
+                iid = action.instance_id
+                self._submit(cluster_id, iid, functools.partial(self._boot, cluster_id, iid))
             elif isinstance(action, p.RemoveNode):
                 self._start_removal(cluster, by_id[action.instance_id], action.reason, obs.busy)
             elif isinstance(action, p.ApplyTopology):
@@ -247,7 +252,7 @@ class Reconciler:
             topology = result.pop("applied_topology", None)
             node = self.store.update_node(replace(node, phases=(*node.phases, phase), **result))
             if topology:
-                self._update_cluster_with(cluster_id, lambda c, t=topology: replace(c, applied_topology=t))
+                self._update_cluster_with(cluster_id, functools.partial(_with_topology, topology=str(topology)))
         node = self.store.get_node(instance_id)
         cluster = self.store.get_cluster(cluster_id)
         if node is None or cluster is None or node.status != InstanceStatus.PENDING:

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs everything slurmpod needs on a fresh Debian 12 machine (run as root):
+# Debian's Slurm 22.05 + munge + iproute2 (real clusters), PostgreSQL (store tests), and slurmpod itself
+# in a virtualenv with its test dependencies. Idempotent: safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "slurmpod: run this as root (it installs Debian packages and creates network namespaces)" >&2
+  exit 1
+fi
+
+PKGS=(slurmctld slurmd slurm-client munge iproute2 util-linux procps iputils-ping openssh-client
+      postgresql python3 python3-venv python3-pip ca-certificates logrotate)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "== installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+  echo "slurmpod: needs Python >= 3.11 (found $("$PY" --version 2>&1))" >&2
+  exit 1
+fi
+VENV="${SLURMPOD_VENV:-/opt/slurmpod/venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "== creating virtualenv $VENV"
+  "$PY" -m venv "$VENV"
+fi
+echo "== installing slurmpod into $VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+"$VENV/bin/python" -m pip install -q -e ".[test]"
+ln -sf "$VENV/bin/slurmpod" /usr/local/bin/slurmpod
+echo "== ready: $("$VENV/bin/slurmpod" --help | head -n 1)"
