@@ -10,4 +10,5 @@ echo "== ruff"
 echo "== mypy (core packages)"
 "$VENV/bin/mypy" || { echo "mypy found type errors"; exit 1; }
 echo "== pytest"
+export SLURMPOD_REQUIRE_POSTGRES=1
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"

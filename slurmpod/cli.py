@@ -110,6 +110,13 @@ def cmd_connect(args: argparse.Namespace) -> int:
         return _die(str(exc))
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from slurmpod.demo import run_demo, run_down
+
+    state = Path(args.state_dir)
+    return run_down(state, args.port) if args.down else run_demo(state, args.port)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmpod", description="Real Slurm clusters behind a HyperPod-compatible API"
@@ -146,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--db", default=None)
     k.set_defaults(command_argv=[])
     k.set_defaults(func=cmd_connect)
+
+    d = sub.add_parser("demo", help="seed 000's cluster on real Slurm here, and a job on it")
+    d.add_argument("--state-dir", default=str(default_state_dir()))
+    d.add_argument("--port", type=int, default=8080)
+    d.add_argument("--down", action="store_true", help="delete the demo cluster and stop its server")
+    d.set_defaults(func=cmd_demo)
 
     i = sub.add_parser("images", help="image releases")
     isub = i.add_subparsers(dest="images_command", required=True)

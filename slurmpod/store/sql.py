@@ -8,7 +8,6 @@ timeout so the API threads and the reconciler can share one file.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -180,7 +179,6 @@ class SqlStore:
         self.engine = make_engine(url)
         if run_migrations:
             migrate(self.engine)
-        self._seq_lock = threading.Lock()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -214,7 +212,7 @@ class SqlStore:
         return _cluster_from_row(row) if row else None
 
     def list_clusters(self, account_id: str | None = None) -> list[ClusterRecord]:
-        q = select(clusters)
+        q = select(clusters).order_by(clusters.c.creation_time, clusters.c.cluster_id)
         if account_id is not None:
             q = q.where(clusters.c.account_id == account_id)
         with self.engine.connect() as conn:
@@ -347,10 +345,15 @@ class SqlStore:
         return json.loads(row[0]) if row else None
 
     def put_setting(self, key: str, value: Any) -> None:
+        """Upsert (safe under concurrent writers on both SQLite and PostgreSQL)."""
+        if self.engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        stmt = dialect_insert(settings_kv).values(key=key, value=_dump(value))
+        stmt = stmt.on_conflict_do_update(index_elements=[settings_kv.c.key], set_={"value": stmt.excluded.value})
         with self.engine.begin() as conn:
-            res = conn.execute(update(settings_kv).where(settings_kv.c.key == key).values(value=_dump(value)))
-            if res.rowcount == 0:
-                conn.execute(insert(settings_kv).values(key=key, value=_dump(value)))
+            conn.execute(stmt)
 
     def integrity_check(self) -> list[str]:
         """Database-level and referential checks; an empty list means healthy."""

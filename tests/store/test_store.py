@@ -622,12 +622,8 @@ def test_concurrent_create_same_name_exactly_one_wins(store: SqlStore) -> None:
     assert sum(len(store.list_events(f"abcdefghij{i:02d}")) for i in range(threads)) == 1
 
 
-def test_concurrent_first_put_setting(store: SqlStore, request: pytest.FixtureRequest) -> None:
+def test_concurrent_first_put_setting(store: SqlStore) -> None:
     """Writers racing to create the same new key all succeed (last write wins), none sees an IntegrityError."""
-    if store.engine.dialect.name == "postgresql":
-        request.applymarker(pytest.mark.xfail(
-            reason="known bug: put_setting is UPDATE-then-INSERT, so racing first writers hit the primary key "
-                   "(IntegrityError) on PostgreSQL; fix with an upsert (on_conflict_do_update)", strict=False))
     threads = 8
     for round_ in range(10):
         key = f"race-{round_}"
