@@ -52,6 +52,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         simulated_fail_rate=args.simulated_fail_rate,
         local_cidr=args.local_cidr,
         reconcile_interval=args.reconcile_interval,
+        s3_endpoint_url=args.s3_endpoint_url,
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with socket.socket() as probe:
@@ -138,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--simulated-fail-rate", type=float, default=0.0)
     s.add_argument("--local-cidr", default="10.231.0.0/16", help="address pool for local instances")
     s.add_argument("--reconcile-interval", type=float, default=2.0)
+    s.add_argument("--s3-endpoint-url", default=os.environ.get("SLURMPOD_S3_ENDPOINT_URL"),
+                   help="S3-compatible endpoint for s3:// lifecycle sources (e.g. MinIO)")
     s.set_defaults(func=cmd_server)
 
     c = sub.add_parser("cleanup", help="remove what a crashed server or test left behind")
