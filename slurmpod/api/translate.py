@@ -178,6 +178,8 @@ def _instance_status(n: NodeRecord) -> dict[str, Any]:
     out: dict[str, Any] = {"Status": n.status.value}
     if n.message:
         out["Message"] = n.message
+    elif n.lifecycle_digest and n.status == InstanceStatus.RUNNING:
+        out["Message"] = f"Lifecycle scripts ran from snapshot {n.lifecycle_digest}"
     return out
 
 

@@ -250,7 +250,13 @@ class Reconciler:
                 self._boot_failed(cluster, node, NodeBootError(f"internal error during {phase}: {exc}"))
                 return
             topology = result.pop("applied_topology", None)
-            node = self.store.update_node(replace(node, phases=(*node.phases, phase), **result))
+            script = result.pop("script", None)
+            evs = []
+            if script:
+                evs.append(self._event(cluster, ev.instance_event(
+                    f"Instance lifecycle script execution for EC2 Instance {instance_id} has Completed "
+                    f"({script} from {node.lifecycle_digest})", node.group, instance_id)))
+            node = self.store.update_node(replace(node, phases=(*node.phases, phase), **result), evs)
             if topology:
                 self._update_cluster_with(cluster_id, functools.partial(_with_topology, topology=str(topology)))
         node = self.store.get_node(instance_id)

@@ -200,11 +200,13 @@ class SlurmRuntime:
         ]
         return render_resource_config(groups, cluster_name=cluster.name, cluster_arn=cluster.arn)
 
-    def _script(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec, entry: str | None) -> None:
+    def _script(
+        self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec, entry: str | None
+    ) -> Mapping[str, Any]:
         lcc: LifeCycleConfig | None = group.life_cycle_config
-        digest = cluster.lifecycle_snapshots.get(group.name) or node.lifecycle_digest
+        digest = node.lifecycle_digest or cluster.lifecycle_snapshots.get(group.name)
         if lcc is None or entry is None or digest is None:
-            return
+            return {}
         snap = load_snapshot(self.snapshots_dir, digest)
         result = run_lifecycle_script(
             self._runner(cluster, node), snap, entry,
@@ -214,18 +216,17 @@ class SlurmRuntime:
         log.info("node %s: %s exited %d (%s)", node.instance_id, entry, result.exit_code, digest[:19])
         if not result.ok:
             raise NodeBootError(format_failure(entry, result))
+        return {"script": entry}
 
     def _phase_on_create(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
                          nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
         entry = group.life_cycle_config.on_create if group.life_cycle_config else None
-        self._script(cluster, node, group, entry)
-        return {}
+        return self._script(cluster, node, group, entry)
 
     def _phase_on_init_complete(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
                                 nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
         entry = group.life_cycle_config.on_init_complete if group.life_cycle_config else None
-        self._script(cluster, node, group, entry)
-        return {}
+        return self._script(cluster, node, group, entry)
 
     def _phase_daemons(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
                        nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:

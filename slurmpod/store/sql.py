@@ -346,14 +346,13 @@ class SqlStore:
 
     def put_setting(self, key: str, value: Any) -> None:
         """Upsert (safe under concurrent writers on both SQLite and PostgreSQL)."""
-        if self.engine.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as dialect_insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert as dialect_insert
-        stmt = dialect_insert(settings_kv).values(key=key, value=_dump(value))
-        stmt = stmt.on_conflict_do_update(index_elements=[settings_kv.c.key], set_={"value": stmt.excluded.value})
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        stmt = dialect.insert(settings_kv).values(key=key, value=_dump(value))
+        upsert = stmt.on_conflict_do_update(index_elements=[settings_kv.c.key], set_={"value": stmt.excluded.value})
         with self.engine.begin() as conn:
-            conn.execute(stmt)
+            conn.execute(upsert)
 
     def integrity_check(self) -> list[str]:
         """Database-level and referential checks; an empty list means healthy."""

@@ -282,6 +282,7 @@ def test_failing_on_create_rolls_back_and_releases_everything(local_server, tmp_
     from slurmpod.providers.local.cleanup import find_leftovers
 
     left = find_leftovers(state)
+    print(f"leftovers while Failed (before DeleteCluster): {left}")
     assert not [x for x in left if x.startswith(("process", "netns", "mount"))], left
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
     assert cluster_id not in netns
@@ -319,6 +320,7 @@ def test_bad_lifecycle_source_is_rejected_at_once(local_server, tmp_path, case):
     text = err.value.response["Error"]["Message"]
     assert "controller-group" in text or entry in text, text
     assert elapsed < 5, elapsed
+    print(f"{case}: {text}")
     assert c.list_clusters()["ClusterSummaries"] == []
     assert not (local_server.state_dir / "local" / "clusters").exists() or not list(
         (local_server.state_dir / "local" / "clusters").iterdir())

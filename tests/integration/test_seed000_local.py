@@ -57,6 +57,15 @@ def test_seed000_on_real_slurm(local_server):
         time.sleep(0.3)
     assert out in compute, f"job output {out!r} not one of {compute}"
 
+    # a job that runs across the topology change (slurmctld restarts gracefully; the job must survive)
+    r = in_node(state, name, None, "bash", "-c", "cd /home && sbatch --parsable --partition=compute --wrap='sleep 8'")
+    assert r.returncode == 0, r.stderr
+    long_job = r.stdout.strip()
+    deadline = time.monotonic() + 30
+    while "JobState=RUNNING" not in in_node(state, name, None, "scontrol", "show", "job", long_job).stdout:
+        assert time.monotonic() < deadline, "the long job never started"
+        time.sleep(0.2)
+
     # UpdateCluster: add extra-group in partition extra
     groups = seed_groups(2)
     groups.append({"InstanceGroupName": "extra-group", "InstanceType": "ml.t3.medium", "InstanceCount": 1,
@@ -77,6 +86,8 @@ def test_seed000_on_real_slurm(local_server):
     assert info["extra"] == (1, "idle", extra[0])
     assert info["dev*"][0] == 3
     assert info["compute"][0] == 2
+    show = in_node(state, name, None, "scontrol", "show", "job", long_job).stdout
+    assert ("JobState=RUNNING" in show or "JobState=COMPLETED" in show) and "Restarts=0" in show, show
 
     # delete: nothing of the cluster remains
     cluster_id = arn.rsplit("/", 1)[1]

@@ -1,0 +1,96 @@
+"""``python -m bench [--runs N] [--quick] [--out PATH]``: run the benchmarks, print a table, write JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from bench import seed_local
+from bench.machine import machine_info
+from bench.stats import targets
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
+
+
+def _span(s: dict[str, Any]) -> str:
+    return f"{s['median']['value']:6.2f} ({s['min']['value']:.2f}-{s['max']['value']:.2f})"
+
+
+def _met(fig: dict[str, Any]) -> str:
+    if "target" not in fig:
+        return ""
+    return f"<= {fig['target']:g} {'met' if fig['met'] else 'MISSED'}"
+
+
+def render_table(scenario: dict[str, Any]) -> str:
+    """Medians (min-max) of slurmpod and floor, the ratios and the targets, as a text table."""
+    sp, fl, ratio = scenario["slurmpod"], scenario["floor"], scenario["ratios"]
+    rows = [
+        ("create -> all idle (InService)", sp["in_service"], fl["all_idle"], ratio["in_service"]),
+        ("create -> first job COMPLETED", sp["job_done"], fl["job_done"], ratio["job_done"]),
+    ]
+    head = f"{'seconds, median (min-max)':<32} {'slurmpod':>20} {'floor':>20} {'ratio':>7}  target (slurmpod; ratio)"
+    lines = [head, "-" * len(head)]
+    for label, a, b, r in rows:
+        lines.append(f"{label:<32} {_span(a):>20} {_span(b):>20} {r['value']:7.2f}  "
+                     f"{_met(a['median'])}{'; ' + _met(r) if 'target' in r else ''}")
+    lines.append(f"{'sbatch -> COMPLETED (in node)':<32} {_span(sp['sbatch_to_completed']):>20} "
+                 f"{_span(fl['sbatch_to_completed']):>20}")
+    lines.append(f"{'slurmpod connect overhead':<32} {_span(sp['connect_overhead']):>20}")
+    lines.append(f"{'DeleteCluster -> gone':<32} {_span(sp['delete_to_gone']):>20}")
+    lines.append("slurmpod server-log milestones (median s after CreateCluster): " + ", ".join(
+        f"{k} {v:.2f}" for k, v in sp["server_log_milestones_median"].items()))
+    lines.append("floor phases (median s after t0): " + ", ".join(
+        f"{k} {v:.2f}" for k, v in fl["phases_median"].items()))
+    return "\n".join(lines)
+
+
+def _terminate(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # unwinds through every cleanup `finally`
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--runs", type=int, default=5, help="runs of each side (default 5)")
+    p.add_argument("--quick", action="store_true", help="one run of each side (smoke check, < 40 s)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results JSON (default {DEFAULT_OUT})")
+    p.add_argument("--workdir", type=Path, default=None, help="parent of the temporary state dirs (default: /tmp)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    runs = 1 if args.quick else args.runs
+    if runs < 1:
+        print("bench: --runs must be at least 1", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
+    started = time.monotonic()
+    doc: dict[str, Any] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
+        "quick": args.quick,
+        "machine": machine_info(),
+        "scenarios": {},
+    }
+    print(f"scenario {seed_local.NAME}: {runs} run(s) of slurmpod and of the floor, interleaved")
+    scenario = seed_local.run(runs, args.workdir)
+    doc["scenarios"][seed_local.NAME] = scenario
+    doc["total_seconds"] = round(time.monotonic() - started, 1)
+    figs = targets(doc)
+    doc["all_targets_met"] = all(f["met"] for f in figs)
+    print()
+    print(render_table(scenario))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"\nall targets met: {doc['all_targets_met']}; wrote {args.out} ({doc['total_seconds']} s)")
+    return 0

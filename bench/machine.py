@@ -1,0 +1,65 @@
+"""Facts about the machine a benchmark ran on."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def _meminfo_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _os_name() -> str | None:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return None
+
+
+def slurm_version() -> str | None:
+    """``slurmctld -V`` (prints the version only; reads no slurm.conf, contacts nothing)."""
+    exe = shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    if exe is None:
+        return None
+    try:
+        r = subprocess.run([exe, "-V"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() or None
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_model": _cpu_model(),
+        "memory_gib": _meminfo_gib(),
+        "kernel": platform.release(),
+        "os": _os_name(),
+        "slurm_version": slurm_version(),
+        "python": platform.python_version(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }

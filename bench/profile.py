@@ -1,0 +1,148 @@
+"""``python -m bench.profile``: where one seed-cluster creation spends its time inside slurmpod.
+
+Runs the real server in this process (same settings as ``slurmpod server --provider local``, default
+reconcile interval, uvicorn on a free port), wraps ``SlurmRuntime.boot_step`` and ``LocalRunner.run``
+with timers (no slurmpod code is changed), creates the seed cluster through boto3 and prints, per node,
+when each boot phase started and ended (seconds after CreateCluster) and how many in-node commands it
+ran and how long they took. Cleans up like the benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.api_run import POLL, delete_and_wait, seed_groups
+from bench.server import free_port
+
+
+@dataclass
+class PhaseTiming:
+    node: str
+    group: str
+    phase: str
+    start: float
+    end: float = 0.0
+    commands: int = 0
+    command_seconds: float = 0.0
+    slowest: list[tuple[float, str]] = field(default_factory=list)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.t0 = 0.0
+        self.rows: list[PhaseTiming] = []
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def current(self) -> PhaseTiming | None:
+        return getattr(self._local, "row", None)
+
+    @contextmanager
+    def phase(self, node: str, group: str, phase: str) -> Iterator[None]:
+        row = PhaseTiming(node, group, phase, time.monotonic() - self.t0)
+        with self._lock:
+            self.rows.append(row)
+        self._local.row = row
+        try:
+            yield
+        finally:
+            row.end = time.monotonic() - self.t0
+            self._local.row = None
+
+
+def _instrument(rec: Recorder) -> None:
+    from slurmpod.providers.local.runner import LocalRunner
+    from slurmpod.reconciler.slurm_runtime import SlurmRuntime
+
+    boot_step = SlurmRuntime.boot_step
+    run = LocalRunner.run
+
+    def timed_boot_step(self: Any, cluster: Any, node: Any, phase: str, nodes: Any) -> Any:
+        with rec.phase(node.instance_id, node.group, phase):
+            return boot_step(self, cluster, node, phase, nodes)
+
+    def timed_run(self: Any, argv: Any, **kw: Any) -> Any:
+        t = time.monotonic()
+        try:
+            return run(self, argv, **kw)
+        finally:
+            row = rec.current()
+            if row is not None:
+                dt = time.monotonic() - t
+                row.commands += 1
+                row.command_seconds += dt
+                row.slowest = sorted([*row.slowest, (dt, " ".join(argv)[:60])], reverse=True)[:2]
+
+    SlurmRuntime.boot_step = timed_boot_step  # type: ignore[method-assign]
+    LocalRunner.run = timed_run  # type: ignore[method-assign]
+
+
+def profile_once(workdir: Path | None = None) -> Recorder:
+    import uvicorn
+
+    from bench.server import BenchServer
+    from slurmpod.providers.local.cleanup import cleanup
+    from slurmpod.server import build_server
+    from slurmpod.settings import Settings
+
+    rec = Recorder()
+    _instrument(rec)
+    root = Path(tempfile.mkdtemp(prefix="slurmpod-profile-", dir=workdir))
+    port = free_port()
+    settings = Settings(state_dir=root, port=port, provider="local")
+    server = build_server(settings)
+    server.start()
+    uv = uvicorn.Server(uvicorn.Config(server.app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    client = BenchServer(root, port).client()
+    try:
+        deadline = time.monotonic() + 20
+        while not uv.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        rec.t0 = time.monotonic()
+        client.create_cluster(ClusterName="bench-profile", InstanceGroups=seed_groups(2))
+        while client.describe_cluster(ClusterName="bench-profile")["ClusterStatus"] not in ("InService", "Failed"):
+            time.sleep(POLL)
+        print(f"InService after {time.monotonic() - rec.t0:.2f}s")
+    finally:
+        try:
+            delete_and_wait(client, "bench-profile")
+        finally:
+            uv.should_exit = True
+            thread.join(timeout=10)
+            server.stop()
+            cleanup(root)
+            shutil.rmtree(root, ignore_errors=True)
+    return rec
+
+
+def render(rec: Recorder) -> str:
+    lines = [f"{'node':<22} {'group':<17} {'phase':<17} {'start':>6} {'end':>6} {'dur':>6} {'cmds':>4} "
+             f"{'cmd s':>6}  slowest commands"]
+    for r in sorted(rec.rows, key=lambda r: (r.start, r.node)):
+        slow = "; ".join(f"{dt:.2f} {cmd}" for dt, cmd in r.slowest)
+        lines.append(f"{r.node:<22} {r.group:<17} {r.phase:<17} {r.start:6.2f} {r.end:6.2f} {r.end - r.start:6.2f} "
+                     f"{r.commands:4d} {r.command_seconds:6.2f}  {slow}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
+    p.add_argument("--workdir", type=Path, default=None)
+    args = p.parse_args()
+    print(render(profile_once(args.workdir)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

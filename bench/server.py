@@ -1,0 +1,75 @@
+"""A ``slurmpod server --provider local`` child process on a free port with its own state dir."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BenchServer:
+    """The server under test, with the default reconcile interval; its log is ``<state_dir>/server.log``."""
+
+    def __init__(self, state_dir: Path, port: int | None = None) -> None:
+        self.state_dir = state_dir
+        self.port = port or free_port()
+        self.log = state_dir / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "slurmpod.cli", "server", "--provider", "local", "--port", str(self.port),
+                 "--state-dir", str(self.state_dir)],
+                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"slurmpod server exited ({self.proc.returncode}); see {self.log}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"slurmpod server did not listen on port {self.port} within {START_TIMEOUT:.0f}s")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def client(self) -> Any:
+        return boto3.client(
+            "sagemaker", endpoint_url=self.endpoint, region_name="us-east-1",
+            aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret",
+            config=Config(retries={"max_attempts": 1}),
+        )
