@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=5, help="runs of each side (default 5)")
     p.add_argument("--quick", action="store_true", help="one run of each side (smoke check, < 40 s)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results JSON (default {DEFAULT_OUT})")
+    p.add_argument("--reconcile-interval", type=float, default=None,
+                   help="pass --reconcile-interval to the server (default: the server's default; diagnosis only)")
     p.add_argument("--workdir", type=Path, default=None, help="parent of the temporary state dirs (default: /tmp)")
     return p
 
@@ -77,13 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     doc: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": " ".join(["python -m bench", *(sys.argv[1:] if argv is None else argv)]),
         "quick": args.quick,
         "machine": machine_info(),
         "scenarios": {},
     }
     print(f"scenario {seed_local.NAME}: {runs} run(s) of slurmpod and of the floor, interleaved")
-    scenario = seed_local.run(runs, args.workdir)
+    scenario = seed_local.run(runs, args.workdir, reconcile_interval=args.reconcile_interval)
     doc["scenarios"][seed_local.NAME] = scenario
     doc["total_seconds"] = round(time.monotonic() - started, 1)
     figs = targets(doc)

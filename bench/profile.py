@@ -86,7 +86,21 @@ def _instrument(rec: Recorder) -> None:
     LocalRunner.run = timed_run  # type: ignore[method-assign]
 
 
-def profile_once(workdir: Path | None = None) -> Recorder:
+def _what_if_wake_after_create() -> None:
+    """What-if (this process only): the reconciler plans again right after recording new instances,
+    instead of waiting for the next interval before booting them."""
+    from slurmpod.reconciler.loop import Reconciler
+
+    create = Reconciler._create_nodes
+
+    def create_and_wake(self: Any, cluster: Any, action: Any) -> None:
+        create(self, cluster, action)
+        self.wake()
+
+    Reconciler._create_nodes = create_and_wake  # type: ignore[method-assign]
+
+
+def profile_once(workdir: Path | None = None, *, wake_after_create: bool = False) -> Recorder:
     import uvicorn
 
     from bench.server import BenchServer
@@ -96,6 +110,8 @@ def profile_once(workdir: Path | None = None) -> Recorder:
 
     rec = Recorder()
     _instrument(rec)
+    if wake_after_create:
+        _what_if_wake_after_create()
     root = Path(tempfile.mkdtemp(prefix="slurmpod-profile-", dir=workdir))
     port = free_port()
     settings = Settings(state_dir=root, port=port, provider="local")
@@ -139,8 +155,10 @@ def render(rec: Recorder) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
     p.add_argument("--workdir", type=Path, default=None)
+    p.add_argument("--what-if-wake-after-create", action="store_true",
+                   help="patch (in this process) the reconciler to plan again right after creating instances")
     args = p.parse_args()
-    print(render(profile_once(args.workdir)))
+    print(render(profile_once(args.workdir, wake_after_create=args.what_if_wake_after_create)))
     return 0
 
 

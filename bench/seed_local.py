@@ -39,10 +39,11 @@ def _cleanup_dir(path: Path) -> list[str]:
     return left
 
 
-def run(runs: int, workdir: Path | None = None, progress: Progress = print) -> dict[str, Any]:
+def run(runs: int, workdir: Path | None = None, progress: Progress = print,
+        reconcile_interval: float | None = None) -> dict[str, Any]:
     """``runs`` slurmpod runs and ``runs`` floor runs, alternating (and flipping the order each round)."""
     root = Path(tempfile.mkdtemp(prefix="slurmpod-bench-", dir=workdir))
-    server = BenchServer(root / "server")
+    server = BenchServer(root / "server", reconcile_interval=reconcile_interval)
     api_runs: list[ApiRun] = []
     floor_runs: list[FloorRun] = []
     left: list[str] = []
@@ -79,7 +80,9 @@ def run(runs: int, workdir: Path | None = None, progress: Progress = print) -> d
             log.error("leftovers remain under %s: %s", root, left)
         else:
             shutil.rmtree(root, ignore_errors=True)
-    return result_doc(api_runs, floor_runs)
+    doc = result_doc(api_runs, floor_runs)
+    doc["reconcile_interval"] = reconcile_interval if reconcile_interval is not None else "server default"
+    return doc
 
 
 def result_doc(api_runs: list[ApiRun], floor_runs: list[FloorRun]) -> dict[str, Any]:

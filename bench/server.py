@@ -25,10 +25,11 @@ def free_port() -> int:
 
 
 class BenchServer:
-    """The server under test, with the default reconcile interval; its log is ``<state_dir>/server.log``."""
+    """The server under test (default reconcile interval unless given); its log is ``<state_dir>/server.log``."""
 
-    def __init__(self, state_dir: Path, port: int | None = None) -> None:
+    def __init__(self, state_dir: Path, port: int | None = None, reconcile_interval: float | None = None) -> None:
         self.state_dir = state_dir
+        self.reconcile_interval = reconcile_interval
         self.port = port or free_port()
         self.log = state_dir / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -39,10 +40,11 @@ class BenchServer:
 
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        extra = [] if self.reconcile_interval is None else ["--reconcile-interval", str(self.reconcile_interval)]
         with self.log.open("ab") as logf:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "slurmpod.cli", "server", "--provider", "local", "--port", str(self.port),
-                 "--state-dir", str(self.state_dir)],
+                 "--state-dir", str(self.state_dir), *extra],
                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )

@@ -53,6 +53,9 @@ def cmd_server(args: argparse.Namespace) -> int:
         local_cidr=args.local_cidr,
         reconcile_interval=args.reconcile_interval,
         s3_endpoint_url=args.s3_endpoint_url,
+        min_count_timeout=args.min_count_timeout,
+        retry_delay=args.retry_delay,
+        capacity=_parse_capacity(args.capacity),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with socket.socket() as probe:
@@ -118,6 +121,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_down(state, args.port) if args.down else run_demo(state, args.port)
 
 
+def cmd_capacity(args: argparse.Namespace) -> int:
+    from slurmpod.reconciler.loop import CAPACITY_KEY
+    from slurmpod.store.sql import SqlStore
+
+    store = SqlStore(Settings(state_dir=Path(args.state_dir), db_url=args.db).database_url)
+    try:
+        table = dict(store.get_setting(CAPACITY_KEY) or {})
+        if args.capacity_command == "set":
+            for entry in args.entries:
+                table.update(_parse_capacity(entry))
+            store.put_setting(CAPACITY_KEY, table)
+        elif args.capacity_command == "unset":
+            for name in args.types:
+                table.pop(name, None)
+            store.put_setting(CAPACITY_KEY, table)
+    finally:
+        store.close()
+    if not table:
+        print("capacity: unlimited for every instance type")
+    for name in sorted(table):
+        print(f"{name}={table[name]}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmpod", description="Real Slurm clusters behind a HyperPod-compatible API"
@@ -139,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--simulated-fail-rate", type=float, default=0.0)
     s.add_argument("--local-cidr", default="10.231.0.0/16", help="address pool for local instances")
     s.add_argument("--reconcile-interval", type=float, default=2.0)
+    s.add_argument("--capacity", default="", help="initial capacity table TYPE=COUNT[,...] (see `capacity set`)")
+    s.add_argument("--min-count-timeout", type=float, default=3 * 3600.0,
+                   help="seconds a Continuous group may stay below MinCount before it rolls back (default 3 h)")
+    s.add_argument("--retry-delay", type=float, default=2.0, help="first backoff step of launch retries (s)")
     s.add_argument("--s3-endpoint-url", default=os.environ.get("SLURMPOD_S3_ENDPOINT_URL"),
                    help="S3-compatible endpoint for s3:// lifecycle sources (e.g. MinIO)")
     s.set_defaults(func=cmd_server)
@@ -157,11 +188,26 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(command_argv=[])
     k.set_defaults(func=cmd_connect)
 
+    cap = sub.add_parser("capacity", help="the capacity table (reproduce shortages; the server applies changes live)")
+    cap.add_argument("--state-dir", default=str(default_state_dir()))
+    cap.add_argument("--db", default=None)
+    capsub = cap.add_subparsers(dest="capacity_command", required=True)
+    cs = capsub.add_parser("set", help="TYPE=COUNT ... (max live instances of that type)")
+    cs.add_argument("entries", nargs="+")
+    cu = capsub.add_parser("unset", help="TYPE ... (back to unlimited)")
+    cu.add_argument("types", nargs="+")
+    capsub.add_parser("show")
+    cap.set_defaults(func=cmd_capacity)
+
     d = sub.add_parser("demo", help="seed 000's cluster on real Slurm here, and a job on it")
     d.add_argument("--state-dir", default=str(default_state_dir()))
     d.add_argument("--port", type=int, default=8080)
     d.add_argument("--down", action="store_true", help="delete the demo cluster and stop its server")
     d.set_defaults(func=cmd_demo)
+
+    from slurmpod.events_cli import add_events_parser
+
+    add_events_parser(sub)
 
     i = sub.add_parser("images", help="image releases")
     isub = i.add_subparsers(dest="images_command", required=True)

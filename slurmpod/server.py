@@ -12,7 +12,7 @@ from starlette.requests import Request
 from slurmpod.api.app import ApiContext, make_app
 from slurmpod.clock import SystemClock
 from slurmpod.lifecycle.images import BUILTIN, resolve_image
-from slurmpod.reconciler.loop import Reconciler
+from slurmpod.reconciler.loop import CAPACITY_KEY, Reconciler
 from slurmpod.reconciler.runtime import ClusterRuntime
 from slurmpod.service.clusters import Caller, ClusterService, Snapshotter
 from slurmpod.settings import Settings
@@ -62,9 +62,13 @@ def build_server(settings: Settings) -> Server:
     store = SqlStore(settings.database_url)
     clock = SystemClock()
     runtime, snapshotter = build_runtime(settings)
+    initial_capacity = {**settings.capacity, **settings.simulated_capacity}
+    if initial_capacity:
+        store.put_setting(CAPACITY_KEY, initial_capacity)
     reconciler = Reconciler(
         store, runtime, clock, interval=settings.reconcile_interval, max_workers=settings.max_parallel_launches,
-        image=(BUILTIN.image_id, BUILTIN.release),
+        image=(BUILTIN.image_id, BUILTIN.release), min_count_timeout=settings.min_count_timeout,
+        retry_delay=settings.retry_delay,
     )
     service = ClusterService(
         store, clock, provider_name=settings.provider, strict=settings.compat == "strict",

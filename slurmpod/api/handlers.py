@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from slurmpod.api import translate as tr
+from slurmpod.api.events import describe_cluster_event, list_cluster_events
 from slurmpod.api.pagination import paginate
 from slurmpod.domain.views import current_count, group_status
 from slurmpod.service.clusters import Caller, ClusterService
@@ -14,6 +15,24 @@ Params = Mapping[str, Any]
 Handler = Callable[[ClusterService, Caller, Params], dict[str, Any]]
 
 BUILTIN_IMAGE_FALLBACK = "ami-00000000000000000"
+
+
+def epoch(value: Any) -> float:
+    """A modeled timestamp (epoch number or ISO-8601 string, already shape-checked) as epoch seconds."""
+    from datetime import UTC, datetime
+
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip().replace("Z", "+00:00").replace("z", "+00:00")
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError as exc:
+        from slurmpod.errors import ValidationException
+
+        raise ValidationException(f"Value '{value}' is not a valid timestamp.") from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
 
 
 def _image_of(svc: ClusterService, group_image: str | None) -> str:
@@ -56,9 +75,9 @@ def list_clusters(svc: ClusterService, caller: Caller, p: Params) -> dict[str, A
     items = svc.list_clusters(caller)
     after, before, contains = p.get("CreationTimeAfter"), p.get("CreationTimeBefore"), p.get("NameContains")
     if after is not None:
-        items = [c for c in items if c.creation_time > float(after)]
+        items = [c for c in items if c.creation_time > epoch(after)]
     if before is not None:
-        items = [c for c in items if c.creation_time < float(before)]
+        items = [c for c in items if c.creation_time < epoch(before)]
     if contains:
         items = [c for c in items if contains in c.name]
     by_name = p.get("SortBy") == "NAME"
@@ -83,9 +102,9 @@ def list_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -> dict[s
     after, before = p.get("CreationTimeAfter"), p.get("CreationTimeBefore")
     contains = p.get("InstanceGroupNameContains")
     if after is not None:
-        nodes = [n for n in nodes if n.launch_time > float(after)]
+        nodes = [n for n in nodes if n.launch_time > epoch(after)]
     if before is not None:
-        nodes = [n for n in nodes if n.launch_time < float(before)]
+        nodes = [n for n in nodes if n.launch_time < epoch(before)]
     if contains:
         nodes = [n for n in nodes if contains in n.group]
     by_name = p.get("SortBy") == "NAME"
@@ -158,4 +177,6 @@ HANDLERS: dict[str, Handler] = {
     "ListClusterNodes": list_cluster_nodes,
     "DescribeClusterNode": describe_cluster_node,
     "BatchDeleteClusterNodes": batch_delete_cluster_nodes,
+    "ListClusterEvents": list_cluster_events,
+    "DescribeClusterEvent": describe_cluster_event,
 }

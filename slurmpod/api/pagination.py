@@ -50,11 +50,14 @@ def paginate(
     """Sorts ``items`` by ``sort_key`` (which must end with a unique id) and returns one page."""
     ordered = sorted(items, key=sort_key, reverse=descending)
     if next_token:
-        after = tuple(decode_token(next_token, filters))
-        if descending:
-            ordered = [i for i in ordered if list(sort_key(i)) < list(after)]
-        else:
-            ordered = [i for i in ordered if list(sort_key(i)) > list(after)]
+        after = list(decode_token(next_token, filters))
+        try:
+            if descending:
+                ordered = [i for i in ordered if list(sort_key(i)) < after]
+            else:
+                ordered = [i for i in ordered if list(sort_key(i)) > after]
+        except TypeError as exc:  # a forged key whose types do not compare with ours
+            raise ValidationException("Invalid pagination token: NextToken is malformed.") from exc
     limit = max_results or default_max
     page = ordered[:limit]
     token = encode_token(sort_key(page[-1]), filters) if len(ordered) > limit else None

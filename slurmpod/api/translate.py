@@ -89,7 +89,8 @@ def spec_from_update(params: Mapping[str, Any], current: ClusterSpec) -> tuple[C
     groups = params.get("InstanceGroups")
     spec = ClusterSpec(
         name=current.name,
-        instance_groups=tuple(group_from_wire(g) for g in groups) if groups is not None else current.instance_groups,
+        # omitted InstanceGroups: () -- validation/merge keep every group not being deleted
+        instance_groups=tuple(group_from_wire(g) for g in groups) if groups is not None else (),
         node_provisioning_mode=params.get("NodeProvisioningMode", current.node_provisioning_mode),
         node_recovery=params.get("NodeRecovery", current.node_recovery),
         slurm_config_strategy=strategy,

@@ -7,11 +7,35 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurmpod.domain.spec import ClusterSpec
-from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, ResourceType
+from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceGroupStatus, InstanceStatus, ResourceType
 
 # Internal boot phases of a node, in order. A node records the phases it has completed so a restarted
 # server resumes a half-booted node instead of repeating (or skipping) a step.
 PHASES = ("launched", "baseline", "on_create", "daemons", "joined", "on_init_complete")
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """Per-group progress of a Continuous cluster (HyperPod's MinCount semantics).
+
+    ``status`` is Creating (new group) or Updating (counts changed) until CurrentCount >= MinCount, then
+    InService. ``since`` starts the MinCount deadline; ``good_count``/``good_min`` are the counts of the last
+    InService state (None for a group that never was InService: it rolls back to (0, 0)).
+    """
+
+    status: InstanceGroupStatus
+    since: float
+    good_count: int | None = None
+    good_min: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status.value, "since": self.since, "good_count": self.good_count,
+                "good_min": self.good_min}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> GroupState:
+        return GroupState(InstanceGroupStatus(d["status"]), float(d["since"]), d.get("good_count"),
+                          d.get("good_min"))
 
 
 @dataclass(frozen=True)
@@ -32,6 +56,7 @@ class ClusterRecord:
     version: int = 1
     lifecycle_snapshots: Mapping[str, str] = field(default_factory=dict, hash=False)  # group -> digest
     provider: str = "simulated"
+    group_states: Mapping[str, GroupState] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

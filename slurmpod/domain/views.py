@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import InstanceGroupSpec
 from slurmpod.domain.status import ClusterStatus, InstanceGroupStatus, InstanceStatus
+from slurmpod.domain.validation import effective_min_count
 
 
 def current_count(group: str, nodes: Sequence[NodeRecord]) -> int:
@@ -18,6 +19,14 @@ def group_status(cluster: ClusterRecord, group: InstanceGroupSpec, nodes: Sequen
     running = current_count(group.name, nodes)
     settled = running == group.instance_count and len(mine) == group.instance_count
     s = cluster.status
+    state = cluster.group_states.get(group.name)
+    if cluster.spec.continuous and state is not None and s in (ClusterStatus.CREATING, ClusterStatus.IN_SERVICE):
+        if state.status != InstanceGroupStatus.IN_SERVICE:
+            return state.status
+        # HyperPod: InService while MinCount <= CurrentCount <= TargetCount; below MinCount it is degraded
+        if running < effective_min_count(group, True):
+            return InstanceGroupStatus.DEGRADED
+        return InstanceGroupStatus.IN_SERVICE
     if s == ClusterStatus.DELETING:
         return InstanceGroupStatus.DELETING
     if s == ClusterStatus.FAILED:

@@ -123,6 +123,10 @@ class CommandRunner(Protocol):
 class Provider(Protocol):
     name: str
 
+    def set_capacity(self, table: Mapping[str, int]) -> None:
+        """Replaces the capacity table (instance type -> max live instances; unlisted types unlimited)."""
+        ...
+
     def prepare_cluster(self, cluster_id: str) -> None:
         """Creates per-cluster resources (network, volume directories). Idempotent."""
         ...

@@ -30,6 +30,7 @@ from slurmpod.store.sql import SqlStore
 log = logging.getLogger("slurmpod.reconciler")
 
 MAX_BACKOFF = 300.0
+CAPACITY_KEY = "capacity"
 
 
 def _with_topology(cluster: ClusterRecord, topology: str) -> ClusterRecord:
@@ -45,12 +46,16 @@ class Reconciler:
         *,
         interval: float = 2.0,
         max_workers: int = 8,
+        min_count_timeout: float = p.DEFAULT_MIN_COUNT_TIMEOUT,
+        retry_delay: float = 2.0,
         image: tuple[str, str] = ("ami-00000000000000000", "0.0.0"),
     ) -> None:
         self.store = store
         self.runtime = runtime
         self.clock = clock
         self.interval = interval
+        self.min_count_timeout = min_count_timeout
+        self.retry_delay = retry_delay
         self.image_id, self.image_release = image
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="slurmpod-work")
         self._busy: dict[str, set[str]] = {}
@@ -59,6 +64,7 @@ class Reconciler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0
+        self._capacity: object = None
         self.last_pass_seconds = 0.0
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -95,6 +101,11 @@ class Reconciler:
 
     def run_once(self) -> None:
         started = time.monotonic()
+        capacity = self.store.get_setting(CAPACITY_KEY)
+        if capacity != self._capacity:
+            self._capacity = capacity
+            self.runtime.set_capacity(capacity or {})
+            log.info("capacity table: %s", capacity or "unlimited")
         for cluster_id in self.store.cluster_ids():
             try:
                 self._reconcile(cluster_id)
@@ -141,6 +152,7 @@ class Reconciler:
             busy=self._busy_for(cluster_id),
             now=self.clock.now(),
             desired_topology=self.runtime.desired_topology(cluster),
+            min_count_timeout=self.min_count_timeout,
         )
         by_id = {n.instance_id: n for n in nodes}
         for action in p.plan(obs):
@@ -155,6 +167,8 @@ class Reconciler:
                 self._submit(cluster_id, "topology", lambda: self._apply_topology(cluster_id))
             elif isinstance(action, p.SetStatus):
                 cluster = self._set_status(cluster, action)
+            elif isinstance(action, p.UpdateGroups):
+                cluster = self._update_groups(cluster, action)
             elif isinstance(action, p.FinishDelete):
                 self._submit(cluster_id, "delete", lambda: self._finish_delete(cluster_id))
 
@@ -214,6 +228,15 @@ class Reconciler:
                  f" ({action.failure_message})" if action.failure_message else "")
         return stored
 
+    def _update_groups(self, cluster: ClusterRecord, action: p.UpdateGroups) -> ClusterRecord:
+        upd = replace(cluster, group_states=dict(action.group_states))
+        if action.spec is not None:
+            upd = replace(upd, spec=action.spec)
+        stored = self.store.update_cluster(upd, [self._event(upd, d) for d in action.events])
+        for d in action.events:
+            log.info("cluster %s: %s", cluster.name, d.description)
+        return stored
+
     # ---- workers --------------------------------------------------------------------------------
 
     def _update_cluster_with(self, cluster_id: str, change: Callable[[ClusterRecord], ClusterRecord | None]) -> None:
@@ -270,8 +293,9 @@ class Reconciler:
         log.info("node %s (%s %s): Pending -> Running", instance_id, node.group, node.hostname)
 
     def _boot_failed(self, cluster: ClusterRecord, node: NodeRecord, exc: NodeBootError) -> None:
-        if exc.retryable and cluster.spec.continuous:
-            delay = min(MAX_BACKOFF, exc.delay * (2 ** min(node.attempts, 8)))
+        if cluster.spec.continuous:
+            # Desired state: every failure is retried asynchronously with capped exponential backoff.
+            delay = min(MAX_BACKOFF, self.retry_delay * (2 ** min(node.attempts, 8)))
             self.store.update_node(
                 replace(node, attempts=node.attempts + 1, next_attempt=self.clock.now() + delay, message=exc.message),
                 [self._event(cluster, ev.instance_event(

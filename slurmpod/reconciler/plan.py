@@ -6,13 +6,14 @@ pass starts from scratch (level-triggered), so a restarted server simply plans a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from slurmpod.domain import events as ev
-from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord, GroupState, NodeRecord
 from slurmpod.domain.spec import ClusterSpec
-from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, NodeType
+from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceGroupStatus, InstanceStatus, NodeType
+from slurmpod.domain.validation import effective_min_count
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,18 @@ class FinishDelete:
     pass
 
 
-Action = CreateNodes | BootNode | RemoveNode | ApplyTopology | SetStatus | FinishDelete
+@dataclass(frozen=True)
+class UpdateGroups:
+    """Continuous mode: new group states (and, for a MinCount rollback, a new desired spec)."""
+
+    group_states: Mapping[str, GroupState]
+    spec: ClusterSpec | None = None
+    events: tuple[ev.EventDraft, ...] = ()
+
+
+Action = CreateNodes | BootNode | RemoveNode | ApplyTopology | SetStatus | FinishDelete | UpdateGroups
+
+DEFAULT_MIN_COUNT_TIMEOUT = 3 * 3600.0
 
 MAX_ROLLBACK_RELAUNCHES = 3
 
@@ -63,6 +75,7 @@ class Observation:
     busy: frozenset[str]  # instance ids (and "topology") with work in flight
     now: float
     desired_topology: str  # digest of the slurm.conf the current spec needs
+    min_count_timeout: float = DEFAULT_MIN_COUNT_TIMEOUT
 
 
 def _controllers_ready(spec: ClusterSpec, nodes: Sequence[NodeRecord]) -> bool:
@@ -74,8 +87,8 @@ def _controllers_ready(spec: ClusterSpec, nodes: Sequence[NodeRecord]) -> bool:
 
 
 def _removal_order(nodes: Sequence[NodeRecord]) -> list[NodeRecord]:
-    """Unhealthy first, then the newest."""
-    return sorted(nodes, key=lambda n: (n.status != InstanceStatus.FAILURE, -n.seq))
+    """Unhealthy (not Running) first, then the newest."""
+    return sorted(nodes, key=lambda n: (n.status == InstanceStatus.RUNNING, -n.seq))
 
 
 def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
@@ -127,9 +140,65 @@ def _failure_text(failed: Sequence[NodeRecord]) -> str:
     return "; ".join(parts)
 
 
+def _running(group: str, nodes: Sequence[NodeRecord]) -> int:
+    return sum(1 for n in nodes if n.group == group and n.status == InstanceStatus.RUNNING)
+
+
+def _plan_continuous(obs: Observation) -> list[Action]:
+    """Desired-state provisioning: never fails for missing workers; groups track MinCount on their own."""
+    c = obs.cluster
+    spec = c.spec
+    actions, _ = _converge(obs, spec)
+    for n in obs.nodes:  # a node that cannot be healed is replaced
+        if n.active and n.status == InstanceStatus.FAILURE and n.instance_id not in obs.busy:
+            actions.append(RemoveNode(n.instance_id, n.message or "failed"))
+    if c.status == ClusterStatus.CREATING:
+        ctl = [g.name for g in spec.groups_of(NodeType.CONTROLLER)]
+        login = [g.name for g in spec.groups_of(NodeType.LOGIN)]
+        if all(_running(g, obs.nodes) >= 1 for g in ctl + login):
+            actions.append(SetStatus(ClusterStatus.IN_SERVICE, None, mark_good=True,
+                                     events=(ev.cluster_event(c.name, "creation", "completed"),)))
+    states = dict(c.group_states)
+    new_spec = spec
+    drafts: list[ev.EventDraft] = []
+    for g in spec.instance_groups:
+        st = states.get(g.name)
+        if st is None or st.status == InstanceGroupStatus.IN_SERVICE:
+            continue
+        minimum = effective_min_count(g, True)
+        if _running(g.name, obs.nodes) >= minimum:
+            states[g.name] = GroupState(InstanceGroupStatus.IN_SERVICE, obs.now, g.instance_count, minimum)
+            drafts.append(ev.EventDraft(
+                ev.ResourceType.INSTANCE_GROUP, EventLevel.INFO,
+                f"Minimum capacity reached for InstanceGroup {g.name} in Cluster {c.name} "
+                f"({_running(g.name, obs.nodes)}/{g.instance_count} instances, MinCount {minimum})",
+                group=g.name, details={"InstanceGroupScaling": {
+                    "InstanceCount": _running(g.name, obs.nodes), "TargetCount": g.instance_count,
+                    "MinCount": minimum}}))
+        elif obs.now - st.since >= obs.min_count_timeout:
+            count, mn = st.good_count or 0, st.good_min or 0
+            msg = (f"MinCount {minimum} was not reached within {int(obs.min_count_timeout)} s "
+                   f"({_running(g.name, obs.nodes)} of {g.instance_count} running)")
+            new_spec = new_spec.with_groups(tuple(
+                replace(x, instance_count=count, min_instance_count=mn) if x.name == g.name else x
+                for x in new_spec.instance_groups))
+            states[g.name] = GroupState(InstanceGroupStatus.IN_SERVICE, obs.now, count, mn)
+            drafts.append(ev.EventDraft(
+                ev.ResourceType.INSTANCE_GROUP, EventLevel.WARN,
+                f"Rollback initiated for InstanceGroup {g.name} in Cluster {c.name}: restoring InstanceCount "
+                f"{count} and MinCount {mn}", group=g.name,
+                details={"InstanceGroupScaling": {"InstanceCount": count, "TargetCount": g.instance_count,
+                                                  "MinCount": minimum, "FailureMessage": msg}}))
+    if drafts:
+        actions.append(UpdateGroups(states, new_spec if new_spec is not spec else None, tuple(drafts)))
+    return actions
+
+
 def plan(obs: Observation) -> list[Action]:
     c = obs.cluster
     st = c.status
+    if c.spec.continuous and st in (ClusterStatus.CREATING, ClusterStatus.IN_SERVICE):
+        return _plan_continuous(obs)
     if st == ClusterStatus.DELETING:
         actions: list[Action] = [
             RemoveNode(n.instance_id, "cluster deleted")

@@ -26,6 +26,10 @@ class NodeBootError(Exception):
 class ClusterRuntime(Protocol):
     name: str
 
+    def set_capacity(self, table: Mapping[str, int]) -> None:
+        """Passes the capacity table (changeable while the server runs) to the provider."""
+        ...
+
     def desired_topology(self, cluster: ClusterRecord) -> str:
         """Digest of the Slurm topology the cluster's current spec needs (pure, cheap)."""
         ...

@@ -21,6 +21,9 @@ class SimulatedRuntime:
         self.provider = provider
         self.image_id = image_id
 
+    def set_capacity(self, table: Mapping[str, int]) -> None:
+        self.provider.set_capacity(table)
+
     def desired_topology(self, cluster: ClusterRecord) -> str:
         return topology_key(cluster.spec)
 

@@ -107,6 +107,9 @@ class SlurmRuntime:
 
     # ---- topology -------------------------------------------------------------------------------
 
+    def set_capacity(self, table: Mapping[str, int]) -> None:
+        self.provider.set_capacity(table)
+
     def desired_topology(self, cluster: ClusterRecord) -> str:
         return topology_key(cluster.spec)
 

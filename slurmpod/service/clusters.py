@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from slurmpod import ids
 from slurmpod.clock import Clock
 from slurmpod.domain import events as ev
+from slurmpod.domain.continuous import group_busy, initial_group_states, updated_group_states
 from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
 from slurmpod.domain.spec import ClusterSpec
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
@@ -131,6 +132,7 @@ class ClusterService:
             operation_id=ids.new_operation_id(),
             lifecycle_snapshots=snapshots,
             provider=self.provider_name,
+            group_states=initial_group_states(spec, now) if spec.continuous else {},
         )
         first = ev.finish(ev.cluster_event(spec.name, "creation", "started"), rec, ids.new_event_id(), now)
         self.store.create_cluster(rec, [first])
@@ -162,11 +164,14 @@ class ClusterService:
             new_spec = merge_update(cur.spec, requested, tuple(groups_to_delete), orchestrator_given)
             snapshots = {**dict(cur.lifecycle_snapshots), **self._snapshots(new_spec)}
             now = self.clock.now()
+            continuous = new_spec.continuous
             upd = replace(
                 cur,
                 spec=new_spec,
-                last_good_spec=cur.spec,
-                status=ClusterStatus.UPDATING,
+                # Continuous clusters stay InService: each group tracks its own progress (desired state)
+                last_good_spec=cur.last_good_spec if continuous else cur.spec,
+                status=ClusterStatus.IN_SERVICE if continuous else ClusterStatus.UPDATING,
+                group_states=updated_group_states(cur.spec, new_spec, cur.group_states, now) if continuous else {},
                 failure_message=None,
                 operation_id=ids.new_operation_id(),
                 generation=cur.generation + 1,
@@ -221,6 +226,11 @@ class ClusterService:
                     failures.append(NodeDeleteFailure(nid, "NodeIdNotFound", f"Node {nid} not found."))
                     continue
                 group = cur.spec.group(node.group)
+                if group_busy(cur.group_states, node.group):
+                    raise ConflictException(
+                        f"Instance group {node.group} is {cur.group_states[node.group].status.value}; nodes can be "
+                        "deleted once it is InService."
+                    )
                 if group is not None and group.node_type == NodeType.CONTROLLER:
                     failures.append(NodeDeleteFailure(
                         nid, "NodeIdInUse", f"Node {nid} is a Slurm controller node and cannot be deleted."))

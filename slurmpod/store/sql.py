@@ -19,7 +19,7 @@ from sqlalchemy import Engine, and_, create_engine, delete, event, func, insert,
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
-from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord, EventRecord, GroupState, NodeRecord
 from slurmpod.domain.spec import spec_from_dict, to_dict
 from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, ResourceType
 from slurmpod.errors import ResourceInUse, VersionConflict
@@ -79,6 +79,7 @@ def _cluster_from_row(row: Row[Any]) -> ClusterRecord:
         version=m["version"],
         lifecycle_snapshots=json.loads(m["lifecycle_snapshots"] or "{}"),
         provider=m["provider"],
+        group_states={k: GroupState.from_dict(v) for k, v in json.loads(m["group_states"] or "{}").items()},
     )
 
 
@@ -97,6 +98,7 @@ def _cluster_values(rec: ClusterRecord) -> dict[str, Any]:
         "applied_topology": rec.applied_topology,
         "lifecycle_snapshots": _dump(dict(rec.lifecycle_snapshots)),
         "provider": rec.provider,
+        "group_states": _dump({k: v.to_dict() for k, v in rec.group_states.items()}),
         "creation_time": rec.creation_time,
         "generation": rec.generation,
         "version": rec.version,
@@ -336,6 +338,55 @@ class SqlStore:
                 select(events).where(and_(events.c.cluster_id == cluster_id, events.c.event_id == event_id))
             ).first()
         return _event_from_row(row) if row else None
+
+    def list_events_filtered(
+        self,
+        cluster_id: str,
+        *,
+        group: str | None = None,
+        instance_id: str | None = None,
+        resource_type: str | None = None,
+        operation_id: str | None = None,
+        after: float | None = None,
+        before: float | None = None,
+        descending: bool = True,
+        cursor: tuple[float, int] | None = None,
+        limit: int | None = None,
+    ) -> list[EventRecord]:
+        """One keyset page of a cluster's events ordered by ``(event_time, seq)``.
+
+        ``after``/``before`` are exclusive time bounds; ``cursor`` is the ``(event_time, seq)`` of the last
+        event of the previous page (rows strictly past it are returned), so pages stay stable while new
+        events are inserted.
+        """
+        from sqlalchemy import or_
+
+        c = events.c
+        conds = [c.cluster_id == cluster_id]
+        if group is not None:
+            conds.append(c.group_name == group)
+        if instance_id is not None:
+            conds.append(c.instance_id == instance_id)
+        if resource_type is not None:
+            conds.append(c.resource_type == resource_type)
+        if operation_id is not None:
+            conds.append(c.operation_id == operation_id)
+        if after is not None:
+            conds.append(c.event_time > after)
+        if before is not None:
+            conds.append(c.event_time < before)
+        if cursor is not None:
+            t, s = cursor
+            if descending:
+                conds.append(or_(c.event_time < t, and_(c.event_time == t, c.seq < s)))
+            else:
+                conds.append(or_(c.event_time > t, and_(c.event_time == t, c.seq > s)))
+        order = (c.event_time.desc(), c.seq.desc()) if descending else (c.event_time.asc(), c.seq.asc())
+        q = select(events).where(and_(*conds)).order_by(*order)
+        if limit is not None:
+            q = q.limit(limit)
+        with self.engine.connect() as conn:
+            return [_event_from_row(r) for r in conn.execute(q)]
 
     # ---- settings -------------------------------------------------------------------------------
 

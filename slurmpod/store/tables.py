@@ -31,6 +31,7 @@ clusters = Table(
     Column("operation_id", String(64)),
     Column("applied_topology", String(128)),
     Column("lifecycle_snapshots", Text, nullable=False, default="{}"),
+    Column("group_states", Text, nullable=False, default="{}"),
     Column("provider", String(32), nullable=False),
     Column("creation_time", Float, nullable=False),
     Column("generation", Integer, nullable=False),

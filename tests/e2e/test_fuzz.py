@@ -150,8 +150,11 @@ def _valid_create(name: str) -> dict[str, Any]:
 def _valid_update() -> dict[str, Any]:
     return {
         "ClusterName": EXISTING,
-        "InstanceGroups": [_group("controller-group", "Controller", 1), _group("compute-group", "Compute", 2, "compute"),
-                           _group("extra-group", "Compute", 1, "extra")],
+        "InstanceGroups": [
+            _group("controller-group", "Controller", 1),
+            _group("compute-group", "Compute", 2, "compute"),
+            _group("extra-group", "Compute", 1, "extra"),
+        ],
         "InstanceGroupsToDelete": [],
         "NodeRecovery": "Automatic",
     }
@@ -254,16 +257,16 @@ def test_fuzz_mutated_update_cluster(fuzzer: Fuzzer) -> None:
 
 
 def test_fuzz_random_bytes_and_headers(fuzzer: Fuzzer) -> None:
-    targets = st.one_of(st.sampled_from(TARGETS), st.none(), st.text(max_size=30).map(lambda t: t.encode(
-        "ascii", "ignore").decode().strip()), st.sampled_from(["SageMaker.Nope", "Foo.Bar", "SageMaker.ListModels"]))
+    # Header values stay printable ASCII: anything else is malformed HTTP that uvicorn itself refuses.
+    header_text = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=30)
+    targets = st.one_of(st.sampled_from(TARGETS), st.none(), header_text, header_text.map("SageMaker.".__add__),
+                        st.sampled_from(["SageMaker.Nope", "Foo.Bar", "SageMaker.ListModels"]))
 
     @_settings(400)
     @given(target=targets, data=st.one_of(st.binary(max_size=300), json_values.map(_encode)),
            content_type=st.sampled_from(CONTENT_TYPES))
     def run(count: list[int], target: str | None, data: bytes, content_type: str) -> None:
         count[0] += 1
-        if target is not None and any(c in target for c in "\r\n"):
-            target = target.replace("\r", "").replace("\n", "")
         fuzzer.send(target, data, content_type)
 
     _run(run, 400)

@@ -149,8 +149,6 @@ def test_update_scale_up_add_group_scale_down_delete_group(client: Any) -> None:
     assert sorted(n["InstanceGroupName"] for n in nodes) == ["compute-group", "controller-group"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: UpdateCluster with InstanceGroupsToDelete and InstanceGroups omitted "
-                   "is rejected ('cannot be both updated and deleted')")
 def test_update_delete_group_without_instance_groups(client: Any) -> None:
     _make(client, "ops-del-only", 1)
     client.update_cluster(ClusterName="ops-del-only",
@@ -486,9 +484,6 @@ def test_update_beyond_capacity_rolls_back_to_previous_counts(scarce_server: Run
     assert len(_provider_instances(scarce_server)) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: SimulatedProvider.launch checks capacity under its lock, then sleeps "
-                   "launch_delay and records the instance under a second lock, so parallel launches all pass "
-                   "the check and capacity is exceeded")
 def test_capacity_is_enforced_for_parallel_launches(tmp_path: Path) -> None:
     with _scarce(tmp_path, 0.2) as srv:
         client = srv.client()

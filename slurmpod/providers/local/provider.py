@@ -61,6 +61,10 @@ class LocalProvider:
 
     # ------------------------------------------------------------------ clusters
 
+    def set_capacity(self, table: Mapping[str, int]) -> None:
+        """Replaces the capacity table; takes effect for the next launch."""
+        self.capacity = dict(table)
+
     def prepare_cluster(self, cluster_id: str) -> None:
         _check_id("cluster id", cluster_id)
         with file_lock(self.layout.lock):

@@ -67,6 +67,7 @@ class SimulatedProvider:
         self.instances: dict[str, ProviderInstance] = {}
         self.types: dict[str, str] = {}
         self.launch_counts: dict[str, int] = {}
+        self._launching: dict[str, str] = {}
         self._next_ip = int(ipaddress.IPv4Address("10.200.0.10"))
         self._load()
 
@@ -90,6 +91,10 @@ class SimulatedProvider:
             f.flush()
             os.fsync(f.fileno())
 
+    def set_capacity(self, table: Mapping[str, int]) -> None:
+        """Replaces the capacity table; takes effect for the next launch."""
+        self.capacity = dict(table)
+
     def prepare_cluster(self, cluster_id: str) -> None:
         return None
 
@@ -101,13 +106,19 @@ class SimulatedProvider:
             limit = self.capacity.get(request.instance_type)
             if limit is not None:
                 used = sum(1 for i, t in self.types.items() if t == request.instance_type and i in self.instances)
+                used += sum(1 for t in self._launching.values() if t == request.instance_type)
                 if used >= limit:
                     raise InsufficientCapacity(request.instance_type)
             fail = self.fail_rate > 0 and self._rng.random() < self.fail_rate
-        if self.launch_delay:
-            time.sleep(self.launch_delay)
-        if fail:
-            raise PermanentProviderError("simulated launch failure (injected)")
+            self._launching[request.instance_id] = request.instance_type  # reserve capacity while launching
+        try:
+            if self.launch_delay:
+                time.sleep(self.launch_delay)
+            if fail:
+                raise PermanentProviderError("simulated launch failure (injected)")
+        finally:
+            with self._lock:
+                self._launching.pop(request.instance_id, None)
         with self._lock:
             ip = str(ipaddress.IPv4Address(self._next_ip))
             self._next_ip += 1
