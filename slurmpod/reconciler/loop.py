@@ -203,6 +203,7 @@ class Reconciler:
             ),
         )
         self.store.add_nodes(recs, [started])
+        self._wake.set()  # plan again now: the new records can boot in the next pass
         log.info("cluster %s: %d new instance(s) in %s", cluster.name, action.count, action.group)
 
     def _start_removal(self, cluster: ClusterRecord, node: NodeRecord, reason: str, busy: frozenset[str]) -> None:
@@ -261,6 +262,10 @@ class Reconciler:
                 return
             if phase in node.phases:
                 continue
+            if phase == "daemons" and not p.may_start_daemons(
+                cluster, node.group, self.store.list_nodes(cluster_id), self.runtime.desired_topology(cluster)
+            ):
+                return  # waits for the controller / topology; the plan boots it again when they are ready
             try:
                 result: dict[str, Any] = dict(
                     self.runtime.boot_step(cluster, node, phase, self.store.list_nodes(cluster_id))

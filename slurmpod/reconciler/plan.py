@@ -78,6 +78,15 @@ class Observation:
     min_count_timeout: float = DEFAULT_MIN_COUNT_TIMEOUT
 
 
+def may_start_daemons(cluster: ClusterRecord, group: str, nodes: Sequence[NodeRecord], desired_topology: str) -> bool:
+    """Whether a node may enter its ``daemons`` phase: controllers always; other nodes once a controller runs
+    and slurm.conf has the current topology. (Launch, baseline and OnCreate run earlier, in parallel.)"""
+    ctl_groups = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
+    if group in ctl_groups:
+        return True
+    return _controllers_ready(cluster.spec, nodes) and cluster.applied_topology == desired_topology
+
+
 def _controllers_ready(spec: ClusterSpec, nodes: Sequence[NodeRecord]) -> bool:
     """Whether non-controller nodes may boot: a controller is Running (legacy clusters have no roles)."""
     ctl_groups = {g.name for g in spec.groups_of(NodeType.CONTROLLER)}
@@ -109,7 +118,7 @@ def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
     for g in spec.instance_groups:
         mine = [n for n in nodes if n.group == g.name]
         is_ctl = g.name in ctl_groups
-        if len(mine) < g.instance_count and (is_ctl or ctl_ready):
+        if len(mine) < g.instance_count:
             actions.append(CreateNodes(g.name, g.instance_count - len(mine)))
         if len(mine) > g.instance_count:
             for n in _removal_order(mine)[: len(mine) - g.instance_count]:
@@ -119,7 +128,8 @@ def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
         for n in mine:
             if n.status == InstanceStatus.PENDING:
                 converged = False
-                may_boot = is_ctl or (ctl_ready and topology_ok)
+                # before the controller is up, a node may still launch and run baseline + OnCreate
+                may_boot = is_ctl or (ctl_ready and topology_ok) or "on_create" not in n.phases
                 if may_boot and n.instance_id not in obs.busy and n.next_attempt <= obs.now:
                     actions.append(BootNode(n.instance_id))
             elif n.status != InstanceStatus.RUNNING:

@@ -23,6 +23,14 @@ class NodeBootError(Exception):
         self.delay = delay
 
 
+class TopologyDriftError(Exception):
+    """Managed strategy: the live slurm.conf differs from what slurmpod last wrote (``drift`` says how)."""
+
+    def __init__(self, drift: list[str]) -> None:
+        super().__init__("; ".join(drift))
+        self.drift = drift
+
+
 class ClusterRuntime(Protocol):
     name: str
 

@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ class SlurmRuntime:
         self.snapshots_dir = state_dir / "lifecycle"
         self.image = image
         self.join_timeout = join_timeout
+        self._secrets_lock = threading.Lock()  # nodes boot in parallel; per-cluster secrets are made once
 
     # ---- per-cluster secrets --------------------------------------------------------------------
 
@@ -84,6 +86,10 @@ class SlurmRuntime:
         return d
 
     def munge_key(self, cluster_id: str) -> bytes:
+        with self._secrets_lock:
+            return self._munge_key(cluster_id)
+
+    def _munge_key(self, cluster_id: str) -> bytes:
         path = self._cluster_dir(cluster_id) / "munge.key"
         if not path.exists():
             tmp = path.with_suffix(".tmp")
@@ -94,6 +100,10 @@ class SlurmRuntime:
         return path.read_bytes()
 
     def ssh_key(self, cluster_id: str) -> tuple[bytes, bytes]:
+        with self._secrets_lock:
+            return self._ssh_key(cluster_id)
+
+    def _ssh_key(self, cluster_id: str) -> tuple[bytes, bytes]:
         d = self._cluster_dir(cluster_id)
         key = d / "id_ed25519"
         if not key.exists():

@@ -242,6 +242,34 @@ def extract_user_lines(conf_text: str) -> tuple[str, ...]:
     return tuple(line for line in _logical_lines(conf_text) if _key(line) not in OWNED_KEYS)
 
 
+TOPOLOGY_KEYS = frozenset({"partitionname", "nodeset", "nodename"})
+
+
+def merge_user_lines(live_conf: str, api_partitions: Iterable[str], *, keep_manual_partitions: bool) -> tuple[str, ...]:
+    """The user's lines of a live conf to carry into a newly rendered one.
+
+    Lines with keys slurmpod does not own are always kept (they belong to the user). Topology lines
+    (partitions, node sets) are dropped, except -- when ``keep_manual_partitions`` (Merge) -- partitions the
+    API does not define (and not ``dev``): manual partitions survive, API partitions follow the API.
+    """
+    api = set(api_partitions) | {DEV_PARTITION}
+    kept: list[str] = []
+    for line in extract_user_lines(live_conf):
+        stripped = line.split("#", 1)[0].strip()
+        if not stripped:
+            continue
+        if _key(stripped) in TOPOLOGY_KEYS:
+            continue
+        kept.append(line)
+    if keep_manual_partitions:
+        for line in _logical_lines(live_conf):
+            if _key(line) == "partitionname":
+                name = _params(line).get("partitionname", "")
+                if name not in api and name.upper() != "DEFAULT" and line not in kept:
+                    kept.append(line)
+    return tuple(kept)
+
+
 def parse_partitions(conf_text: str) -> dict[str, list[str]]:
     """partition -> members of its ``Nodes=`` (hostlists expanded, NodeSet names kept as written)."""
     parts: dict[str, list[str]] = {}
