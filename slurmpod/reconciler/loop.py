@@ -24,7 +24,7 @@ from slurmpod.domain.model import PHASES, ClusterRecord, EventRecord, NodeRecord
 from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, check_cluster_transition
 from slurmpod.errors import VersionConflict
 from slurmpod.reconciler import plan as p
-from slurmpod.reconciler.runtime import ClusterRuntime, NodeBootError
+from slurmpod.reconciler.runtime import ClusterRuntime, NodeBootError, TopologyDriftError
 from slurmpod.store.sql import SqlStore
 
 log = logging.getLogger("slurmpod.reconciler")
@@ -327,12 +327,38 @@ class Reconciler:
         cluster = self.store.get_cluster(cluster_id)
         if cluster is None:
             return
-        digest = self.runtime.apply_topology(cluster, self.store.list_nodes(cluster_id))
-        self._update_cluster_with(cluster_id, lambda c: replace(c, applied_topology=digest))
+        try:
+            digest = self.runtime.apply_topology(cluster, self.store.list_nodes(cluster_id))
+        except TopologyDriftError as exc:
+            self._drift_detected(cluster_id, exc)
+            return
+        self._update_cluster_with(cluster_id, functools.partial(_with_topology, topology=digest))
         self.store.add_events([self._event(cluster, ev.EventDraft(
             ev.ResourceType.CLUSTER, EventLevel.INFO,
             "Slurm was reconfigured successfully. Slurm config updated to match desired state"))])
         log.info("cluster %s: slurm topology applied (%s)", cluster.name, digest[:12])
+
+    def _drift_detected(self, cluster_id: str, exc: TopologyDriftError) -> None:
+        """Managed strategy: the update fails and rolls back; nothing on the cluster changes."""
+        details = "; ".join(exc.drift)
+        message = f"Configuration drift detected. {details}"
+
+        def fail(c: ClusterRecord) -> ClusterRecord | None:
+            if c.status != ClusterStatus.UPDATING or c.last_good_spec is None:
+                return None
+            return replace(c, status=ClusterStatus.ROLLING_BACK, spec=c.last_good_spec, failure_message=message)
+
+        self._update_cluster_with(cluster_id, fail)
+        cluster = self.store.get_cluster(cluster_id)
+        if cluster is not None:
+            self.store.add_events([
+                self._event(cluster, ev.EventDraft(ev.ResourceType.CLUSTER, EventLevel.ERROR,
+                                                   f"Slurm configuration drift detected: {details}",
+                                                   details={"FailureMessage": message})),
+                self._event(cluster, ev.cluster_event(cluster.name, "update", "failed", level=EventLevel.ERROR,
+                                                      failure=message)),
+            ])
+        log.warning("cluster %s: %s", cluster_id, message)
 
     def _finish_delete(self, cluster_id: str) -> None:
         cluster = self.store.get_cluster(cluster_id)

@@ -20,13 +20,15 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from slurmpod.domain.catalog import instance_type_info, slurm_resources
 from slurmpod.domain.model import ClusterRecord, NodeRecord
-from slurmpod.domain.spec import InstanceGroupSpec, LifeCycleConfig
-from slurmpod.domain.status import InstanceStatus, NodeType
+from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, LifeCycleConfig
+from slurmpod.domain.status import InstanceStatus, NodeType, SlurmConfigStrategy
+from slurmpod.domain.validation import effective_strategy
 from slurmpod.lifecycle.images import Image
 from slurmpod.lifecycle.resource_config import (
     RESOURCE_CONFIG_PATH,
@@ -45,10 +47,18 @@ from slurmpod.providers.base import (
     TemporaryProviderError,
     VolumeMount,
 )
-from slurmpod.reconciler.runtime import NodeBootError
+from slurmpod.reconciler.runtime import NodeBootError, TopologyDriftError
 from slurmpod.reconciler.topology import topology_key
 from slurmpod.slurm import control
-from slurmpod.slurm.conf import DEFAULT_STATE_SAVE_LOCATION, SlurmTopology, render_cgroup_conf, render_slurm_conf
+from slurmpod.slurm.conf import (
+    DEFAULT_STATE_SAVE_LOCATION,
+    SlurmTopology,
+    detect_drift,
+    merge_user_lines,
+    partition_map,
+    render_cgroup_conf,
+    render_slurm_conf,
+)
 
 log = logging.getLogger("slurmpod.runtime")
 
@@ -133,9 +143,7 @@ class SlurmRuntime:
         return SlurmTopology(
             cluster_name=cluster.name,
             controllers=tuple((n.hostname or "", n.ip or "") for n in ctls),
-            compute_groups=tuple(
-                (g.name, g.partition) for g in cluster.spec.instance_groups if g.node_type == NodeType.COMPUTE
-            ),
+            compute_groups=_compute_groups(cluster.spec),
         )
 
     def _conf(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:
@@ -282,7 +290,27 @@ class SlurmRuntime:
     # ---- topology changes, removal, teardown ------------------------------------------------------
 
     def apply_topology(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:
-        conf = self._conf(cluster, nodes)
+        """Re-renders slurm.conf under the cluster's SlurmConfigStrategy and restarts the controllers.
+
+        Managed: drift between the live conf and what slurmpod last wrote fails the change
+        (``TopologyDriftError``) before anything is touched. Overwrite: manual partition edits are replaced.
+        Merge (and Continuous): manual partitions are kept. Lines with keys slurmpod does not own are kept always.
+        """
+        primary = self._primary(cluster, nodes)
+        live = ""
+        if primary is not None:
+            res = primary.run(["cat", control.SLURM_CONF], timeout=30)
+            live = res.stdout if res.returncode == 0 else ""
+        strategy = effective_strategy(cluster.spec)
+        if strategy == SlurmConfigStrategy.MANAGED and live and cluster.last_good_spec is not None:
+            expected = partition_map(_compute_groups(cluster.last_good_spec))
+            drift = detect_drift(live, expected)
+            if drift:
+                raise TopologyDriftError(drift)
+        api_partitions = {g.partition for g in cluster.spec.instance_groups if g.partition}
+        keep_manual = strategy in (None, SlurmConfigStrategy.MERGE)
+        user_lines = merge_user_lines(live, api_partitions, keep_manual_partitions=keep_manual) if live else ()
+        conf = render_slurm_conf(replace(self._topology(cluster, nodes), user_lines=user_lines))
         ctls = self._controllers(cluster, nodes)
         for n in reversed(ctls):  # backups first, then the primary
             control.restart_slurmctld(self._runner(cluster, n), conf, render_cgroup_conf())
@@ -331,6 +359,10 @@ class SlurmRuntime:
 
     def alive(self, cluster: ClusterRecord) -> Mapping[str, bool]:
         return {i.instance_id: i.alive for i in self.provider.list_instances(cluster.cluster_id)}
+
+
+def _compute_groups(spec: ClusterSpec) -> tuple[tuple[str, str | None], ...]:
+    return tuple((g.name, g.partition) for g in spec.instance_groups if g.node_type == NodeType.COMPUTE)
 
 
 def build_local_runtime(settings: Any) -> tuple[SlurmRuntime, Any]:
