@@ -145,6 +145,26 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from slurmpod.clock import SystemClock
+    from slurmpod.errors import ServiceError
+    from slurmpod.service.clusters import Caller, ClusterService
+    from slurmpod.store.sql import SqlStore
+
+    settings = Settings(state_dir=Path(args.state_dir), db_url=args.db)
+    store = SqlStore(settings.database_url)
+    try:
+        svc = ClusterService(store, SystemClock(), provider_name="-")
+        rec = svc.migrate(Caller(args.account_id, args.region), args.cluster)
+    except ServiceError as exc:
+        return _die(exc.message)
+    finally:
+        store.close()
+    print(f"cluster {rec.name} now uses API-driven SlurmConfig (DescribeCluster shows each group's NodeType "
+          "and PartitionNames; UpdateCluster manages them from now on)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmpod", description="Real Slurm clusters behind a HyperPod-compatible API"
@@ -198,6 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
     cu.add_argument("types", nargs="+")
     capsub.add_parser("show")
     cap.set_defaults(func=cmd_capacity)
+
+    m = sub.add_parser("migrate", help="convert a legacy (provisioning_parameters.json) cluster to SlurmConfig")
+    m.add_argument("cluster", help="cluster name or ARN")
+    m.add_argument("--state-dir", default=str(default_state_dir()))
+    m.add_argument("--db", default=None)
+    m.add_argument("--region", default=os.environ.get("SLURMPOD_REGION", "us-east-1"))
+    m.add_argument("--account-id", default=os.environ.get("SLURMPOD_ACCOUNT_ID", "123456789012"))
+    m.set_defaults(func=cmd_migrate)
 
     d = sub.add_parser("demo", help="seed 000's cluster on real Slurm here, and a job on it")
     d.add_argument("--state-dir", default=str(default_state_dir()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from slurmpod.api import translate as tr
@@ -59,8 +60,10 @@ def update_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, 
 def describe_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
     rec = svc.resolve(caller, p["ClusterName"])
     nodes = svc.nodes(rec)
+    legacy = rec.spec.topology_source != "api"  # roles derived from provisioning_parameters.json: not shown
     groups = [
-        tr.group_details(rec, g, group_status(rec, g, nodes), current_count(g.name, nodes), _image_of(svc, g.image_id))
+        tr.group_details(rec, replace(g, slurm_config=None) if legacy else g, group_status(rec, g, nodes),
+                         current_count(g.name, nodes), _image_of(svc, g.image_id))
         for g in rec.spec.instance_groups
     ]
     return tr.describe_cluster(rec, groups)

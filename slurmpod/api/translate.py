@@ -154,10 +154,11 @@ def describe_cluster(cluster: ClusterRecord, groups: list[dict[str, Any]]) -> di
         "NodeRecovery": spec.node_recovery,
         "NodeProvisioningMode": spec.node_provisioning_mode,
     }
-    if spec.has_orchestrator or spec.slurm_config_strategy or any(g.slurm_config for g in spec.instance_groups):
+    api_driven = spec.topology_source == "api" and any(g.slurm_config for g in spec.instance_groups)
+    if spec.has_orchestrator or spec.slurm_config_strategy or api_driven:
         slurm: dict[str, Any] = {}
         strategy = spec.slurm_config_strategy
-        if strategy is None and not spec.continuous and any(g.slurm_config for g in spec.instance_groups):
+        if strategy is None and not spec.continuous and api_driven:
             strategy = SlurmConfigStrategy.MANAGED
         if strategy is not None:
             slurm["SlurmConfigStrategy"] = strategy.value

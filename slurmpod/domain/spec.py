@@ -67,6 +67,8 @@ class ClusterSpec:
     slurm_config_strategy: SlurmConfigStrategy | None = None
     has_orchestrator: bool = False
     extras: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    # "api" (SlurmConfig in the request) or "provisioning_parameters" (legacy: roles derived from the file)
+    topology_source: str = "api"
 
     @property
     def continuous(self) -> bool:
@@ -121,6 +123,7 @@ def to_dict(spec: ClusterSpec) -> dict[str, Any]:
         "slurm_config_strategy": spec.slurm_config_strategy.value if spec.slurm_config_strategy else None,
         "has_orchestrator": spec.has_orchestrator,
         "extras": dict(spec.extras),
+        "topology_source": spec.topology_source,
     }
 
 
@@ -156,4 +159,5 @@ def spec_from_dict(d: Mapping[str, Any]) -> ClusterSpec:
         slurm_config_strategy=SlurmConfigStrategy(strategy) if strategy else None,
         has_orchestrator=bool(d.get("has_orchestrator")),
         extras=dict(d.get("extras") or {}),
+        topology_source=d.get("topology_source") or "api",
     )

@@ -367,24 +367,37 @@ def _compute_groups(spec: ClusterSpec) -> tuple[tuple[str, str | None], ...]:
 
 def build_local_runtime(settings: Any) -> tuple[SlurmRuntime, Any]:
     """The default runtime: the local namespace provider, the built-in image, file/s3/https snapshots."""
+    import json
+
+    from slurmpod.domain.legacy import PP_FILE
     from slurmpod.lifecycle.images import BUILTIN
     from slurmpod.lifecycle.run import resolve_entry_point
     from slurmpod.lifecycle.snapshot import snapshot_source
     from slurmpod.providers.local.hostcheck import check_host
     from slurmpod.providers.local.provider import LocalProvider
+    from slurmpod.service.clusters import SnapshotInfo
 
     state_dir = Path(settings.state_dir)
     check_host(state_dir, settings.local_cidr)
     provider = LocalProvider(state_dir, cidr=settings.local_cidr)
     runtime = SlurmRuntime(provider, state_dir, BUILTIN)
 
-    def snapshotter(uri: str, entry_point: str | None) -> str:
+    def snapshotter(uri: str, entry_point: str | None) -> SnapshotInfo:
         try:
             snap = snapshot_source(uri, runtime.snapshots_dir, s3_endpoint_url=settings.s3_endpoint_url)
             if entry_point:
                 resolve_entry_point(snap, entry_point)
         except LifecycleSourceError as exc:
             raise ValueError(str(exc)) from exc
-        return snap.digest
+        pp_file = snap.path / PP_FILE
+        pp = None
+        if pp_file.is_file():
+            try:
+                pp = json.loads(pp_file.read_text())
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{PP_FILE} is not valid JSON: {exc}") from exc
+            if not isinstance(pp, dict):
+                raise ValueError(f"{PP_FILE} must hold a JSON object")
+        return SnapshotInfo(snap.digest, pp)
 
     return runtime, snapshotter

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from slurmpod import ids
 from slurmpod.clock import Clock
 from slurmpod.domain import events as ev
 from slurmpod.domain.continuous import group_busy, initial_group_states, updated_group_states
+from slurmpod.domain.legacy import (
+    BOTH_MESSAGE,
+    PP_FILE,
+    PROVISIONING_PARAMETERS,
+    apply_provisioning_parameters,
+    is_api_driven,
+)
 from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
-from slurmpod.domain.spec import ClusterSpec
+from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, SlurmConfig
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
 from slurmpod.domain.validation import merge_update, validate_create, validate_update
 from slurmpod.errors import (
@@ -23,8 +31,15 @@ from slurmpod.errors import (
 )
 from slurmpod.store.sql import SqlStore
 
-# (SourceS3Uri, entry point) -> content digest of the snapshot; raises ValueError with a user-facing message
-Snapshotter = Callable[[str, str | None], str]
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    digest: str
+    provisioning_parameters: Mapping[str, Any] | None = None  # legacy topology file, when the source has one
+
+
+# (SourceS3Uri, entry point) -> the snapshot taken now; raises ValueError with a user-facing message
+Snapshotter = Callable[[str, str | None], SnapshotInfo]
 
 
 @dataclass(frozen=True)
@@ -92,10 +107,10 @@ class ClusterService:
 
     # ---- mutations ------------------------------------------------------------------------------
 
-    def _snapshots(self, spec: ClusterSpec, previous: dict[str, str] | None = None) -> dict[str, str]:
+    def _snapshots(self, spec: ClusterSpec) -> dict[str, SnapshotInfo]:
         """Snapshots every group's lifecycle source now, so all nodes of this operation run the same files."""
-        out: dict[str, str] = {}
-        cache: dict[tuple[str, str | None], str] = {}
+        out: dict[str, SnapshotInfo] = {}
+        cache: dict[tuple[str, str | None], SnapshotInfo] = {}
         for g in spec.instance_groups:
             lcc = g.life_cycle_config
             if lcc is None or not lcc.source_s3_uri or self.snapshotter is None:
@@ -111,13 +126,43 @@ class ClusterService:
             out[g.name] = cache[key]
         return out
 
+    @staticmethod
+    def _provisioning_parameters(spec: ClusterSpec, infos: Mapping[str, SnapshotInfo]) -> Mapping[str, Any] | None:
+        """The legacy topology file: the controller-ish group's source first (HyperPod reads it from there)."""
+        for g in spec.instance_groups:
+            info = infos.get(g.name)
+            if info is not None and info.provisioning_parameters is not None:
+                return info.provisioning_parameters
+        return None
+
+    def _legacy_topology(self, spec: ClusterSpec, infos: Mapping[str, SnapshotInfo]) -> ClusterSpec:
+        """API-driven: the source must not carry provisioning_parameters.json. Legacy: roles come from it."""
+        pp = self._provisioning_parameters(spec, infos)
+        if is_api_driven(spec):
+            if pp is not None:
+                raise ValidationException(BOTH_MESSAGE)
+            return spec
+        if self.snapshotter is None:  # simulated provider: no sources are read; legacy clusters stay role-less
+            return spec
+        if pp is None:
+            raise ValidationException(
+                f"Cluster {spec.name} has no SlurmConfig in its instance groups and no {PP_FILE} in its "
+                "LifeCycleConfig source: add SlurmConfig to every instance group (API-driven topology) or the file."
+            )
+        derived, findings = apply_provisioning_parameters(spec, pp)
+        if findings:
+            raise ValidationException(validation_message(findings))
+        return derived
+
     def create(self, caller: Caller, spec: ClusterSpec) -> ClusterRecord:
         findings = validate_create(spec, strict=self.strict)
         if findings:
             raise ValidationException(validation_message(findings))
         if self.store.find_cluster(caller.account_id, spec.name):
             raise ResourceInUse(f"Cluster {spec.name} already exists.")
-        snapshots = self._snapshots(spec)
+        infos = self._snapshots(spec)
+        spec = self._legacy_topology(spec, infos)
+        snapshots = {g: i.digest for g, i in infos.items()}
         cluster_id = ids.new_cluster_id()
         now = self.clock.now()
         rec = ClusterRecord(
@@ -150,6 +195,9 @@ class ClusterService:
     ) -> ClusterRecord:
         for _ in range(5):
             cur = self.resolve(caller, name_or_arn)
+            infos = self._snapshots(requested) if requested.instance_groups else {}
+            if cur.spec.topology_source == PROVISIONING_PARAMETERS:
+                requested = self._legacy_roles(cur.spec, requested, infos)
             findings = validate_update(
                 cur.spec, requested, tuple(groups_to_delete), strict=self.strict,
                 orchestrator_given=orchestrator_given,
@@ -162,7 +210,7 @@ class ClusterService:
                     "Wait until it is InService."
                 )
             new_spec = merge_update(cur.spec, requested, tuple(groups_to_delete), orchestrator_given)
-            snapshots = {**dict(cur.lifecycle_snapshots), **self._snapshots(new_spec)}
+            snapshots = {**dict(cur.lifecycle_snapshots), **{g: i.digest for g, i in infos.items()}}
             now = self.clock.now()
             continuous = new_spec.continuous
             upd = replace(
@@ -186,6 +234,42 @@ class ClusterService:
                 continue
             self.wake()
             return stored
+        raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
+
+    def _legacy_roles(
+        self, current: ClusterSpec, requested: ClusterSpec, infos: Mapping[str, SnapshotInfo]
+    ) -> ClusterSpec:
+        """A legacy cluster's update: existing groups keep their derived roles; new groups take theirs from the
+        source's provisioning_parameters.json (or join as workers in `dev`)."""
+        pp = self._provisioning_parameters(requested, infos)
+        derived = apply_provisioning_parameters(requested, pp)[0] if pp is not None else requested
+        groups: list[InstanceGroupSpec] = []
+        for g in requested.instance_groups:
+            cur = current.group(g.name)
+            if cur is not None and cur.slurm_config is not None:
+                groups.append(replace(g, slurm_config=cur.slurm_config))
+            else:
+                new = derived.group(g.name)
+                sc = new.slurm_config if new is not None and new.slurm_config else SlurmConfig(NodeType.COMPUTE)
+                groups.append(replace(g, slurm_config=sc))
+        return replace(requested, instance_groups=tuple(groups))
+
+    def migrate(self, caller: Caller, name_or_arn: str) -> ClusterRecord:
+        """Converts a legacy cluster to API-driven SlurmConfig in place (HyperPod has no such path)."""
+        for _ in range(5):
+            cur = self.resolve(caller, name_or_arn)
+            if cur.spec.topology_source != PROVISIONING_PARAMETERS:
+                raise ValidationException(f"Cluster {cur.name} already uses API-driven SlurmConfig.")
+            now = self.clock.now()
+            spec = replace(cur.spec, topology_source="api")
+            upd = replace(cur, spec=spec, last_good_spec=spec if cur.last_good_spec is not None else None)
+            done = ev.finish(ev.EventDraft(
+                ev.ResourceType.CLUSTER, ev.EventLevel.INFO,
+                f"Cluster {cur.name} migrated from {PP_FILE} to API-driven SlurmConfig"), upd, ids.new_event_id(), now)
+            try:
+                return self.store.update_cluster(upd, [done])
+            except VersionConflict:
+                continue
         raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
 
     def delete(self, caller: Caller, name_or_arn: str) -> ClusterRecord:

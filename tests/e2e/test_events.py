@@ -153,7 +153,8 @@ def test_create_update_delete_flow_events(slow_delete_server: RunningServer) -> 
         started = _index(evs, f"Instance creation started successfully in Cluster flow and IG {g}")
         assert 0 < started < done
     for n in nodes:
-        text = f"EC2 Instance {n['InstanceId']} successfully provisioned in Cluster flow and IG {n['InstanceGroupName']}"
+        text = (f"EC2 Instance {n['InstanceId']} successfully provisioned in Cluster flow and IG "
+                f"{n['InstanceGroupName']}")
         k = _index(evs, text)
         assert 0 < k < done
         assert evs[k]["ResourceType"] == "Instance"
@@ -431,7 +432,8 @@ def test_strict_compat_requires_continuous(tmp_path: Path) -> None:
         with pytest.raises(ClientError) as info:
             client.list_cluster_events(ClusterName="plain")
         assert _code(info) == "ValidationException"
-        assert _msg(info) == "ListClusterEvents is only supported for cluster with NodeProvisioningMode set to Continuous"
+        assert _msg(info) == (
+            "ListClusterEvents is only supported for cluster with NodeProvisioningMode set to Continuous")
         with pytest.raises(ClientError) as info:
             client.describe_cluster_event(ClusterName="plain", EventId=str(uuid.uuid4()))
         assert _code(info) == "ValidationException"
@@ -456,7 +458,8 @@ def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=timeout)
 
 
-LINE_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (Info|Warn|Error)\s+(Cluster|InstanceGroup|Instance)\s+(.*)$")
+LINE_RE = re.compile(
+    r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (Info|Warn|Error)\s+(Cluster|InstanceGroup|Instance)\s+(.*)$")
 
 
 def test_cli_prints_events_oldest_first(sim_server: RunningServer, client: Any) -> None:

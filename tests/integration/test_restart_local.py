@@ -34,6 +34,77 @@ def on_node(state: Path, cluster_id: str, group: str, instance_id: str, *argv: s
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)  # noqa: S603
 
 
+def restart(srv: Any, timeout: float = 20) -> Any:
+    """``srv.start()`` and wait until the new server answers API calls; returns a fresh client.
+
+    ``ServerProcess.start`` only waits for the TCP port; a request right after it was seen to be refused
+    (rarely), so this also waits for an answer and prints what held the port when that happens.
+    """
+    from botocore.exceptions import EndpointConnectionError
+
+    import os
+    import socket as _s
+    try:
+        with _s.create_connection(("127.0.0.1", srv.port), timeout=0.2):
+            pass
+        inode = None
+        hexport = f"{srv.port:04X}"
+        for line in open("/proc/net/tcp").read().splitlines()[1:]:
+            f = line.split()
+            if f[1].endswith(":" + hexport) and f[3] == "0A":
+                inode = f[9]
+        holders = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    try:
+                        if os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]":
+                            holders[pid] = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")[:300]
+                    except OSError:
+                        pass
+            except OSError:
+                pass
+        t_h = time.monotonic()
+        extra = {}
+        for pid in holders:
+            for fn in ("stat", "wchan", "stack", "status"):
+                try:
+                    extra[f"{pid}/{fn}"] = open(f"/proc/{pid}/{fn}").read()[:400]
+                except OSError as exc:
+                    extra[f"{pid}/{fn}"] = str(exc)
+        while holders and any(os.path.exists(f"/proc/{p}/fd") and
+                              any(os.readlink(f"/proc/{p}/fd/{fd}") == f"socket:[{inode}]"
+                                  for fd in os.listdir(f"/proc/{p}/fd")) for p in holders):
+            if time.monotonic() - t_h > 5:
+                break
+            time.sleep(0.002)
+        print(f"DIAG2: held for {time.monotonic() - t_h:.3f}s more; {extra}")
+        print(f"DIAG: port {srv.port} accepts after kill9 of {srv.proc.pid}; listen inode {inode}; holders {holders}")
+    except OSError:
+        pass
+    t0 = time.monotonic()
+    srv.start()
+    started = time.monotonic() - t0
+    c = srv.client()
+    first = True
+    while True:
+        try:
+            c.list_clusters()
+            return c
+        except EndpointConnectionError:
+            if first:
+                first = False
+                ss = subprocess.run(["ss", "-tanp", f"( sport = :{srv.port} or dport = :{srv.port} )"],
+                                    capture_output=True, text=True, timeout=10).stdout
+                print(f"NOTE: port {srv.port} accepted after {started:.2f}s but the server refused the first "
+                      f"request (new server pid {srv.proc.pid}); sockets on the port:\n{ss}")
+            if time.monotonic() - t0 > timeout:
+                raise
+            time.sleep(0.05)
+
+
 def node_details(client: Any, name: str) -> dict[str, dict[str, Any]]:
     nodes = client.list_cluster_nodes(ClusterName=name)["ClusterNodeSummaries"]
     return {n["InstanceId"]: client.describe_cluster_node(ClusterName=name, NodeId=n["InstanceId"])["NodeDetails"]
@@ -113,9 +184,8 @@ def test_kill9_while_running_readopts_the_same_nodes(local_server):
     local_server.kill9()
     # the nodes do not depend on the server: still up, job still running, while it is dead
     assert job_state(state, name, sleeper) == "RUNNING"
-    local_server.start()
+    c = restart(local_server)
     print(f"server back after {time.monotonic() - t0:.2f}s")
-    c = local_server.client()
     d = wait_status(c, name, {"InService"}, timeout=20)
     time.sleep(2.0)  # let the restarted reconciler run several passes over the re-adopted cluster
 
@@ -149,8 +219,7 @@ def test_kill9_during_create_converges(local_server, first_kill, second_kill):
     kills.append(f"t+{first_kill}s: {c.describe_cluster(ClusterName=name)['ClusterStatus']}, "
                  f"{len(c.list_cluster_nodes(ClusterName=name)['ClusterNodeSummaries'])} node(s)")
     local_server.kill9()
-    local_server.start()
-    c = local_server.client()
+    c = restart(local_server)
 
     # 2nd kill: as soon as the compute nodes exist (their boots are in flight)
     deadline = time.monotonic() + 30
@@ -165,8 +234,7 @@ def test_kill9_during_create_converges(local_server, first_kill, second_kill):
     kills.append(f"compute launch+{second_kill}s: {st}, " + ", ".join(
         f"{n['InstanceGroupName']}={n['InstanceStatus']['Status']}" for n in nodes))
     local_server.kill9()
-    local_server.start()
-    c = local_server.client()
+    c = restart(local_server)
     print("killed at: " + " | ".join(kills))
 
     d = wait_status(c, name, {"InService", "Failed"}, timeout=50)
