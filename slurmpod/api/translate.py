@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, LifeCycleConfig, SlurmConfig
 from slurmpod.domain.status import (
     ClusterStatus,
@@ -221,19 +221,6 @@ def node_details(n: NodeRecord, group: InstanceGroupSpec | None, region: str) ->
     if group:
         out.update({k: v for k, v in group.extras.items() if k in _NODE_ECHO})
     return out
-
-
-def event_summary(e: EventRecord) -> dict[str, Any]:
-    return {
-        "EventId": e.event_id,
-        "ClusterArn": e.cluster_arn,
-        "ClusterName": e.cluster_name,
-        "InstanceGroupName": e.group,
-        "InstanceId": e.instance_id,
-        "ResourceType": e.resource_type.value,
-        "EventTime": e.event_time,
-        "Description": e.description,
-    }
 
 
 __all__ = [

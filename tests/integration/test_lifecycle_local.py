@@ -145,6 +145,18 @@ def group(name: str, count: int, node_type: str, lcc: dict[str, str] | None,
     return g
 
 
+def all_events(client: Any, name: str) -> list[dict[str, Any]]:
+    """Every event of the cluster (ListClusterEvents, all pages)."""
+    out: list[dict[str, Any]] = []
+    req: dict[str, Any] = {"ClusterName": name, "MaxResults": 100}
+    while True:
+        page = client.list_cluster_events(**req)
+        out.extend(page.get("Events", []))
+        if not page.get("NextToken"):
+            return out
+        req["NextToken"] = page["NextToken"]
+
+
 def watch_status(client: Any, name: str, final: set[str], timeout: float) -> tuple[dict[str, Any], list[str]]:
     """Polls DescribeCluster until a status in ``final``; returns it and every distinct status seen."""
     seen: list[str] = []
@@ -248,7 +260,13 @@ def test_lifecycle_scripts_on_real_nodes(local_server, tmp_path):
             assert info["sinfo"] in ("idle", "mix", "alloc"), r.stdout
     assert digests == {expected_digest}, "all nodes of the operation must run identical files"
 
-    # the snapshot digest shows in the server's log
+    # the snapshot digest is user-visible: DescribeClusterNode, ListClusterEvents and the server's log
+    for nd in details.values():
+        assert expected_digest in nd["InstanceStatus"].get("Message", ""), nd["InstanceStatus"]
+    events = all_events(c, CLUSTER)
+    for iid in details:
+        mine = [e["Description"] for e in events if e.get("InstanceId") == iid and expected_digest in e["Description"]]
+        assert mine, f"no event of {iid} names the snapshot digest; events: {[e['Description'] for e in events]}"
     log = (state / "server.log").read_text()
     assert expected_digest[:19] in log
 
