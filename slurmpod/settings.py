@@ -20,7 +20,8 @@ class Settings:
     provider: str = "local"
     compat: str = "extended"  # extended | strict
     region: str = "us-east-1"
-    account_id: str = "123456789012"
+    account_id: str = "123456789012"  # the default account of new credentials (and of --auth none)
+    auth: str = "sigv4"  # sigv4 | none (loopback only)
     # simulated provider
     simulated_capacity: dict[str, int] = field(default_factory=dict)
     simulated_launch_delay: float = 0.05
@@ -33,7 +34,8 @@ class Settings:
     reconcile_interval: float = 2.0
     max_parallel_launches: int = 8
     min_count_timeout: float = 3 * 3600.0  # HyperPod's MinCount deadline
-    retry_delay: float = 2.0  # first backoff step for Continuous launch retries
+    retry_delay: float = 2.0
+    update_drain_timeout: float = 3600.0  # software updates wait this long for a node's jobs to end  # first backoff step for Continuous launch retries
     capacity: dict[str, int] = field(default_factory=dict)  # initial capacity table (both providers)
     # lifecycle sources
     s3_endpoint_url: str | None = None

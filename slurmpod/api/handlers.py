@@ -9,6 +9,8 @@ from typing import Any
 from slurmpod.api import translate as tr
 from slurmpod.api.events import describe_cluster_event, list_cluster_events
 from slurmpod.api.pagination import paginate
+from slurmpod.domain.model import BatchPolicy, ClusterRecord, NodeRecord
+from slurmpod.domain.status import ImageVersionStatus
 from slurmpod.domain.views import current_count, group_status
 from slurmpod.service.clusters import Caller, ClusterService
 
@@ -36,10 +38,36 @@ def epoch(value: Any) -> float:
     return parsed.timestamp()
 
 
-def _image_of(svc: ClusterService, group_image: str | None) -> str:
-    if svc.image_resolver is not None:
-        return svc.image_resolver(group_image)
-    return group_image if group_image and group_image != "default" else BUILTIN_IMAGE_FALLBACK
+def _desired_image(svc: ClusterService, rec: ClusterRecord, group: str) -> str:
+    su = rec.software_update
+    if su is not None and group in su.groups:
+        return su.target_image
+    spec = rec.spec.group(group)
+    if svc.images is None:
+        return (spec.image_id if spec and spec.image_id not in (None, "default") else None) or BUILTIN_IMAGE_FALLBACK
+    try:
+        return svc.images.resolve(spec.image_id if spec else None).image_id
+    except ValueError:
+        return svc.images.latest().image_id
+
+
+def _version_status(current: str | None, desired: str) -> ImageVersionStatus:
+    return ImageVersionStatus.UP_TO_DATE if current in (None, desired) else ImageVersionStatus.UPDATE_AVAILABLE
+
+
+def _group_image(svc: ClusterService, rec: ClusterRecord, group: str, nodes: list[NodeRecord]) -> tr.ImageView:
+    desired = _desired_image(svc, rec, group)
+    images = [n.image_id for n in nodes if n.group == group and n.active and n.image_id]
+    stale = [i for i in images if i != desired]
+    current = (stale[0] if stale else desired) if images else desired
+    su = rec.software_update
+    return tr.ImageView(
+        current=current,
+        desired=desired,
+        status=ImageVersionStatus.UPDATE_AVAILABLE if stale else ImageVersionStatus.UP_TO_DATE,
+        software_update_status=rec.software_update_status.get(group),
+        active_update_config=su.config if su is not None and group in su.groups and su.config else None,
+    )
 
 
 def create_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
@@ -63,7 +91,7 @@ def describe_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str
     legacy = rec.spec.topology_source != "api"  # roles derived from provisioning_parameters.json: not shown
     groups = [
         tr.group_details(rec, replace(g, slurm_config=None) if legacy else g, group_status(rec, g, nodes),
-                         current_count(g.name, nodes), _image_of(svc, g.image_id))
+                         current_count(g.name, nodes), _group_image(svc, rec, g.name, nodes))
         for g in rec.spec.instance_groups
     ]
     return tr.describe_cluster(rec, groups)
@@ -127,7 +155,11 @@ def list_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -> dict[s
     types = {g.name: g.instance_type for g in rec.spec.instance_groups}
     include_logical = bool(p.get("IncludeNodeLogicalIds"))
     out: dict[str, Any] = {
-        "ClusterNodeSummaries": [tr.node_summary(n, types.get(n.group), include_logical) for n in page]
+        "ClusterNodeSummaries": [
+            tr.node_summary(n, types.get(n.group), include_logical,
+                            _version_status(n.image_id, _desired_image(svc, rec, n.group)))
+            for n in page
+        ]
     }
     if token:
         out["NextToken"] = token
@@ -142,7 +174,9 @@ def describe_cluster_node(svc: ClusterService, caller: Caller, p: Params) -> dic
     if bool(node_id) == bool(logical_id):
         raise ValidationException("You can specify either NodeLogicalId or InstanceId, but not both.")
     node = svc.find_node(rec, node_id, logical_id)
-    return {"NodeDetails": tr.node_details(node, rec.spec.group(node.group), rec.region)}
+    desired = _desired_image(svc, rec, node.group)
+    view = tr.ImageView(node.image_id or desired, desired, _version_status(node.image_id, desired))
+    return {"NodeDetails": tr.node_details(node, rec.spec.group(node.group), rec.region, view)}
 
 
 def batch_delete_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
@@ -171,7 +205,28 @@ def batch_delete_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -
     return out
 
 
+def _batch(value: Mapping[str, Any] | None) -> BatchPolicy | None:
+    if not value:
+        return None
+    return BatchPolicy(str(value["Type"]), int(value["Value"]))
+
+
+def update_cluster_software(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    dc = p.get("DeploymentConfig") or {}
+    policy = dc.get("RollingUpdatePolicy") or {}
+    groups = [g["InstanceGroupName"] for g in p.get("InstanceGroups") or ()] or None
+    rec = svc.update_software(
+        caller, p["ClusterName"], groups, p.get("ImageId"),
+        _batch(policy.get("MaximumBatchSize")) or BatchPolicy("INSTANCE_COUNT", 1),
+        _batch(policy.get("RollbackMaximumBatchSize")),
+        int(dc.get("WaitIntervalInSeconds") or 0),
+        dc,
+    )
+    return {"ClusterArn": rec.arn}
+
+
 HANDLERS: dict[str, Handler] = {
+    "UpdateClusterSoftware": update_cluster_software,
     "CreateCluster": create_cluster,
     "UpdateCluster": update_cluster,
     "DescribeCluster": describe_cluster,

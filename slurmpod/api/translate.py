@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from slurmpod.domain.model import ClusterRecord, NodeRecord
@@ -116,12 +117,23 @@ def _slurm_to_wire(sc: SlurmConfig | None) -> dict[str, Any] | None:
     return out
 
 
+@dataclass(frozen=True)
+class ImageView:
+    """What DescribeCluster/ListClusterNodes say about images (computed by the handler from the catalogue)."""
+
+    current: str
+    desired: str
+    status: ImageVersionStatus
+    software_update_status: str | None = None
+    active_update_config: Mapping[str, Any] | None = None
+
+
 def group_details(
     cluster: ClusterRecord,
     group: InstanceGroupSpec,
     status: InstanceGroupStatus,
     current_count: int,
-    image_id: str,
+    image: ImageView,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "CurrentCount": current_count,
@@ -133,9 +145,11 @@ def group_details(
         "ExecutionRole": group.execution_role,
         "ThreadsPerCore": group.threads_per_core,
         "Status": status.value,
-        "CurrentImageId": image_id,
-        "DesiredImageId": image_id,
-        "ImageVersionStatus": ImageVersionStatus.UP_TO_DATE.value,
+        "CurrentImageId": image.current,
+        "DesiredImageId": image.desired,
+        "ImageVersionStatus": image.status.value,
+        "SoftwareUpdateStatus": image.software_update_status,
+        "ActiveSoftwareUpdateConfig": dict(image.active_update_config) if image.active_update_config else None,
         "SlurmConfig": _slurm_to_wire(group.slurm_config),
     }
     out.update({k: v for k, v in group.extras.items() if k in _GROUP_ECHO})
@@ -185,7 +199,9 @@ def _instance_status(n: NodeRecord) -> dict[str, Any]:
     return out
 
 
-def node_summary(n: NodeRecord, instance_type: str | None, include_logical: bool) -> dict[str, Any]:
+def node_summary(
+    n: NodeRecord, instance_type: str | None, include_logical: bool, image_status: ImageVersionStatus
+) -> dict[str, Any]:
     return {
         "InstanceGroupName": n.group,
         "InstanceId": n.instance_id,
@@ -195,11 +211,11 @@ def node_summary(n: NodeRecord, instance_type: str | None, include_logical: bool
         "LastSoftwareUpdateTime": n.last_software_update_time,
         "InstanceStatus": _instance_status(n),
         "PrivateDnsHostname": n.hostname,
-        "ImageVersionStatus": ImageVersionStatus.UP_TO_DATE.value,
+        "ImageVersionStatus": image_status.value,
     }
 
 
-def node_details(n: NodeRecord, group: InstanceGroupSpec | None, region: str) -> dict[str, Any]:
+def node_details(n: NodeRecord, group: InstanceGroupSpec | None, region: str, image: ImageView) -> dict[str, Any]:
     out: dict[str, Any] = {
         "InstanceGroupName": n.group,
         "InstanceId": n.instance_id,
@@ -214,8 +230,8 @@ def node_details(n: NodeRecord, group: InstanceGroupSpec | None, region: str) ->
         "PrivateDnsHostname": n.hostname,
         "Placement": {"AvailabilityZone": f"{region}a", "AvailabilityZoneId": "local-az1"},
         "CurrentImageId": n.image_id,
-        "DesiredImageId": n.image_id,
-        "ImageVersionStatus": ImageVersionStatus.UP_TO_DATE.value,
+        "DesiredImageId": image.desired,
+        "ImageVersionStatus": image.status.value,
         "CapacityType": "OnDemand",
     }
     if group:

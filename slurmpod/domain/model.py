@@ -39,6 +39,63 @@ class GroupState:
 
 
 @dataclass(frozen=True)
+class BatchPolicy:
+    """``CapacitySizeConfig``: INSTANCE_COUNT n, or CAPACITY_PERCENTAGE p of the nodes being updated."""
+
+    kind: str = "INSTANCE_COUNT"
+    value: int = 1
+
+    def size(self, total: int) -> int:
+        if self.kind == "CAPACITY_PERCENTAGE":
+            return max(1, (total * self.value + 99) // 100)
+        return max(1, self.value)
+
+
+@dataclass(frozen=True)
+class SoftwareUpdate:
+    """One UpdateClusterSoftware operation (root-volume replacement, rolling).
+
+    ``phase`` is ``update`` then, if a node fails, ``rollback`` (back to each node's previous image).
+    ``done`` maps updated instance ids to the image they had before; ``failed`` maps ids to the failure.
+    """
+
+    operation_id: str
+    target_image: str
+    groups: tuple[str, ...]
+    batch: BatchPolicy
+    rollback_batch: BatchPolicy
+    wait_seconds: int
+    started: float
+    phase: str = "update"
+    done: Mapping[str, str] = field(default_factory=dict, hash=False)
+    failed: Mapping[str, str] = field(default_factory=dict, hash=False)
+    last_batch_end: float = 0.0
+    batches: int = 0
+    config: Mapping[str, Any] = field(default_factory=dict, hash=False)  # DeploymentConfig as requested
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "operation_id": self.operation_id, "target_image": self.target_image, "groups": list(self.groups),
+            "batch": [self.batch.kind, self.batch.value],
+            "rollback_batch": [self.rollback_batch.kind, self.rollback_batch.value],
+            "wait_seconds": self.wait_seconds, "started": self.started, "phase": self.phase,
+            "done": dict(self.done), "failed": dict(self.failed), "last_batch_end": self.last_batch_end,
+            "batches": self.batches, "config": dict(self.config),
+        }
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> SoftwareUpdate:
+        return SoftwareUpdate(
+            operation_id=d["operation_id"], target_image=d["target_image"], groups=tuple(d["groups"]),
+            batch=BatchPolicy(*d["batch"]), rollback_batch=BatchPolicy(*d["rollback_batch"]),
+            wait_seconds=int(d["wait_seconds"]), started=float(d["started"]), phase=d.get("phase", "update"),
+            done=dict(d.get("done") or {}), failed=dict(d.get("failed") or {}),
+            last_batch_end=float(d.get("last_batch_end") or 0.0), batches=int(d.get("batches") or 0),
+            config=dict(d.get("config") or {}),
+        )
+
+
+@dataclass(frozen=True)
 class ClusterRecord:
     cluster_id: str
     account_id: str
@@ -57,6 +114,9 @@ class ClusterRecord:
     lifecycle_snapshots: Mapping[str, str] = field(default_factory=dict, hash=False)  # group -> digest
     provider: str = "simulated"
     group_states: Mapping[str, GroupState] = field(default_factory=dict, hash=False)
+    software_update: SoftwareUpdate | None = None
+    # per group: outcome of the last software update (SoftwareUpdateStatus) for DescribeCluster
+    software_update_status: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

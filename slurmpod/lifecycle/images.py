@@ -56,7 +56,7 @@ class ImageCatalog:
     def __init__(self, store: SettingsStore) -> None:
         self.store = store
 
-    def list(self) -> list[Image]:
+    def releases(self) -> list[Image]:
         raw = self.store.get_setting(_KEY) or []
         images = [Image(**r) for r in raw]
         if not any(i.image_id == BUILTIN.image_id for i in images):
@@ -64,10 +64,10 @@ class ImageCatalog:
         return images
 
     def latest(self) -> Image:
-        return self.list()[-1]
+        return self.releases()[-1]
 
     def get(self, image_id: str) -> Image | None:
-        return next((i for i in self.list() if i.image_id == image_id), None)
+        return next((i for i in self.releases() if i.image_id == image_id), None)
 
     def resolve(self, image_id: str | None) -> Image:
         """``None``/``default`` -> the latest release; an unknown id is an ImageError."""
@@ -83,7 +83,7 @@ class ImageCatalog:
 
     def publish(self, *, base: str | None, script: str, description: str, now: float,
                 release: str | None = None) -> Image:
-        images = self.list()
+        images = self.releases()
         parent = self.resolve(base)
         version = release or _bump(max((i.release for i in images), key=lambda r: tuple(int(x) for x in r.split("."))))
         if any(i.release == version for i in images):
@@ -101,7 +101,7 @@ class ImageCatalog:
         return image
 
     def mark(self, image_id: str, status: str) -> Image:
-        images = self.list()
+        images = self.releases()
         found = self.get(image_id)
         if found is None:
             raise ImageError(f"Image {image_id} not found.")

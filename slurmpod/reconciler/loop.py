@@ -24,6 +24,7 @@ from slurmpod.domain.model import PHASES, ClusterRecord, EventRecord, NodeRecord
 from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, check_cluster_transition
 from slurmpod.errors import VersionConflict
 from slurmpod.reconciler import plan as p
+from slurmpod.reconciler import rolling
 from slurmpod.reconciler.runtime import ClusterRuntime, NodeBootError, TopologyDriftError
 from slurmpod.store.sql import SqlStore
 
@@ -48,6 +49,8 @@ class Reconciler:
         max_workers: int = 8,
         min_count_timeout: float = p.DEFAULT_MIN_COUNT_TIMEOUT,
         retry_delay: float = 2.0,
+        drain_timeout: float = 3600.0,
+        image_lookup: Callable[[str | None], tuple[str, str]] | None = None,
         image: tuple[str, str] = ("ami-00000000000000000", "0.0.0"),
     ) -> None:
         self.store = store
@@ -56,6 +59,9 @@ class Reconciler:
         self.interval = interval
         self.min_count_timeout = min_count_timeout
         self.retry_delay = retry_delay
+        self.drain_timeout = drain_timeout
+        # image id (None = latest) -> (image id, release); defaults to the fixed ``image``
+        self.image_lookup = image_lookup or (lambda _i: image)
         self.image_id, self.image_release = image
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="slurmpod-work")
         self._busy: dict[str, set[str]] = {}
@@ -167,6 +173,16 @@ class Reconciler:
                 self._submit(cluster_id, "topology", lambda: self._apply_topology(cluster_id))
             elif isinstance(action, p.SetStatus):
                 cluster = self._set_status(cluster, action)
+            elif isinstance(action, rolling.StartNodeUpdates):
+                cluster = self._start_node_updates(cluster, action)
+            elif isinstance(action, rolling.ResumeNodeUpdate):
+                iid = action.instance_id
+                self._submit(cluster_id, iid, functools.partial(self._update_node, cluster_id, iid))
+            elif isinstance(action, rolling.SetSoftwareUpdate):
+                upd = replace(cluster, software_update=action.update)
+                cluster = self.store.update_cluster(upd, [self._event(upd, d) for d in action.events])
+            elif isinstance(action, rolling.FinishSoftwareUpdate):
+                cluster = self._finish_software_update(cluster, action)
             elif isinstance(action, p.UpdateGroups):
                 cluster = self._update_groups(cluster, action)
             elif isinstance(action, p.FinishDelete):
@@ -178,6 +194,8 @@ class Reconciler:
     def _create_nodes(self, cluster: ClusterRecord, action: p.CreateNodes) -> None:
         seq = self.store.max_node_seq(cluster.cluster_id)
         now = self.clock.now()
+        group = cluster.spec.group(action.group)
+        image_id, image_release = self.image_lookup(group.image_id if group else None)
         recs = []
         for _ in range(action.count):
             seq += 1
@@ -190,8 +208,8 @@ class Reconciler:
                     status=InstanceStatus.PENDING,
                     launch_time=now,
                     logical_id=f"{action.group}-{seq}",
-                    image_id=self.image_id,
-                    image_release=self.image_release,
+                    image_id=image_id,
+                    image_release=image_release,
                     lifecycle_digest=cluster.lifecycle_snapshots.get(action.group),
                 )
             )
@@ -237,6 +255,143 @@ class Reconciler:
         for d in action.events:
             log.info("cluster %s: %s", cluster.name, d.description)
         return stored
+
+    # ---- software updates ---------------------------------------------------------------------
+
+    def _start_node_updates(self, cluster: ClusterRecord, action: rolling.StartNodeUpdates) -> ClusterRecord:
+        changed = []
+        for iid in action.instance_ids:
+            node = self.store.get_node(iid)
+            if node is None:
+                continue
+            data = {**node.data, "update_to": action.image, "update_from": node.image_id, "update_step": "drain"}
+            data.pop("rollback_failed", None)
+            changed.append(replace(node, data=data))
+        upd = replace(cluster, software_update=action.update)
+        stored = self.store.update_cluster(upd, [self._event(upd, d) for d in action.events], changed_nodes=changed)
+        log.info("cluster %s: software update batch %d: %s -> %s", cluster.name, action.update.batches,
+                 ", ".join(action.instance_ids), action.image)
+        self._wake.set()
+        return stored
+
+    def _finish_software_update(self, cluster: ClusterRecord, action: rolling.FinishSoftwareUpdate) -> ClusterRecord:
+        su = cluster.software_update
+        groups = su.groups if su else ()
+        check_cluster_transition(cluster.status, ClusterStatus.IN_SERVICE)
+        upd = replace(
+            cluster, status=ClusterStatus.IN_SERVICE, software_update=None, failure_message=action.failure_message,
+            software_update_status={**cluster.software_update_status, **{g: action.status for g in groups}},
+        )
+        stored = self.store.update_cluster(upd, [self._event(upd, d) for d in action.events])
+        log.info("cluster %s: SystemUpdating -> InService (software update %s)", cluster.name, action.status)
+        return stored
+
+    def _save_node(self, node: NodeRecord, *drafts: ev.EventDraft) -> NodeRecord:
+        cluster = self.store.get_cluster(node.cluster_id)
+        evs = [self._event(cluster, d) for d in drafts] if cluster else []
+        return self.store.update_node(node, evs)
+
+    def _update_node(self, cluster_id: str, instance_id: str) -> None:
+        """Root-volume replacement of one node, resumable at every step (drain, wait, replace, boot)."""
+        node = self.store.get_node(instance_id)
+        cluster = self.store.get_cluster(cluster_id)
+        if node is None or cluster is None or not node.data.get("update_to") or cluster.software_update is None:
+            return
+        su = cluster.software_update
+        target = str(node.data["update_to"])
+        step = node.data.get("update_step", "drain")
+        try:
+            if step == "drain":
+                ours = self.runtime.drain(cluster, node, self.store.list_nodes(cluster_id),
+                                          "slurmpod: software update")
+                node = self._save_node(replace(node, data={
+                    **node.data, "update_step": "wait", "drained_by_us": ours or bool(node.data.get("drained_by_us")),
+                    "wait_started": self.clock.now()}))
+                step = "wait"
+            if step == "wait":
+                deadline = float(node.data.get("wait_started") or self.clock.now()) + self.drain_timeout
+                while not self.runtime.jobs_done(cluster, node, self.store.list_nodes(cluster_id)):
+                    if self._stop.is_set():
+                        return
+                    if self.clock.now() >= deadline:
+                        log.warning("node %s: jobs still running after %.0f s; replacing anyway",
+                                    instance_id, self.drain_timeout)
+                        break
+                    time.sleep(0.5)
+                node = self._save_node(
+                    replace(node, status=InstanceStatus.SYSTEM_UPDATING,
+                            data={**node.data, "update_step": "replace"}),
+                    ev.instance_event(f"Root volume replacement started for Instance {instance_id} in IG "
+                                      f"{node.group}.", node.group, instance_id))
+                step = "replace"
+            if step == "replace":
+                self.runtime.replace_root(cluster, node, self.store.list_nodes(cluster_id), target)
+                image_id, release = self.image_lookup(target)
+                node = self._save_node(replace(node, phases=("launched",), image_id=image_id, image_release=release,
+                                               data={**node.data, "update_step": "boot"}))
+            for phase in PHASES:
+                if phase in node.phases:
+                    continue
+                if phase == "joined" and node.data.get("drained_by_us"):
+                    self.runtime.resume(cluster, node, self.store.list_nodes(cluster_id))
+                    node = self._save_node(replace(node, data={**node.data, "drained_by_us": False}))
+                result = dict(self.runtime.boot_step(cluster, node, phase, self.store.list_nodes(cluster_id)))
+                result.pop("applied_topology", None)
+                result.pop("script", None)
+                node = self._save_node(replace(node, phases=(*node.phases, phase), **result))
+        except NodeBootError as exc:
+            self._node_update_failed(cluster_id, instance_id, exc.message)
+            return
+        except Exception as exc:
+            log.exception("software update of %s failed", instance_id)
+            self._node_update_failed(cluster_id, instance_id, f"internal error: {exc}")
+            return
+        previous = str(node.data.get("update_from") or "")
+        data = {k: v for k, v in node.data.items() if not k.startswith(("update_", "drained_by_us", "wait_"))}
+        node = self._save_node(
+            replace(node, status=InstanceStatus.RUNNING, message=None, last_software_update_time=self.clock.now(),
+                    data=data),
+            ev.instance_event(f"Instance {instance_id} in IG {node.group} updated successfully."
+                              if su.phase == "update" else
+                              f"Instance {instance_id} in IG {node.group} rolled back successfully to previous AMI.",
+                              node.group, instance_id))
+        log.info("node %s (%s): software %s -> %s", instance_id, node.group, previous, target)
+
+        def record(c: ClusterRecord) -> ClusterRecord | None:
+            if c.software_update is None:
+                return None
+            done = dict(c.software_update.done)
+            if c.software_update.phase == "update":
+                done[instance_id] = previous
+            return replace(c, software_update=replace(c.software_update, done=done, last_batch_end=self.clock.now()))
+
+        self._update_cluster_with(cluster_id, record)
+
+    def _node_update_failed(self, cluster_id: str, instance_id: str, message: str) -> None:
+        node = self.store.get_node(instance_id)
+        cluster = self.store.get_cluster(cluster_id)
+        if node is None or cluster is None or cluster.software_update is None:
+            return
+        rollback = cluster.software_update.phase == "rollback"
+        data = {k: v for k, v in node.data.items() if k not in ("update_to", "update_step", "wait_started")}
+        if rollback:
+            data["rollback_failed"] = message
+        text = (f"UpdateClusterSoftware rollback failed for instance {instance_id} in IG {node.group}." if rollback
+                else f"Instance {instance_id} in IG {node.group} failed to update. Rollback initiated.")
+        self._save_node(replace(node, status=InstanceStatus.FAILURE, message=message, data=data),
+                        ev.instance_event(text, node.group, instance_id, level=EventLevel.ERROR, failure=message))
+        log.warning("node %s: software update failed: %s", instance_id, message)
+
+        def record(c: ClusterRecord) -> ClusterRecord | None:
+            if c.software_update is None:
+                return None
+            failed = {**c.software_update.failed}
+            if not rollback:
+                failed[instance_id] = message
+            su = replace(c.software_update, failed=failed, last_batch_end=self.clock.now())
+            return replace(c, software_update=su)
+
+        self._update_cluster_with(cluster_id, record)
 
     # ---- workers --------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from slurmpod.domain.model import ClusterRecord, GroupState, NodeRecord
 from slurmpod.domain.spec import ClusterSpec
 from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceGroupStatus, InstanceStatus, NodeType
 from slurmpod.domain.validation import effective_min_count
+from slurmpod.reconciler.rolling import RollingAction, plan_software_update
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class UpdateGroups:
     events: tuple[ev.EventDraft, ...] = ()
 
 
-Action = CreateNodes | BootNode | RemoveNode | ApplyTopology | SetStatus | FinishDelete | UpdateGroups
+Action = CreateNodes | BootNode | RemoveNode | ApplyTopology | SetStatus | FinishDelete | UpdateGroups | RollingAction
 
 DEFAULT_MIN_COUNT_TIMEOUT = 3 * 3600.0
 
@@ -209,6 +210,8 @@ def plan(obs: Observation) -> list[Action]:
     st = c.status
     if c.spec.continuous and st in (ClusterStatus.CREATING, ClusterStatus.IN_SERVICE):
         return _plan_continuous(obs)
+    if st == ClusterStatus.SYSTEM_UPDATING:
+        return list(plan_software_update(c, obs.nodes, obs.busy, obs.now))
     if st == ClusterStatus.DELETING:
         actions: list[Action] = [
             RemoveNode(n.instance_id, "cluster deleted")

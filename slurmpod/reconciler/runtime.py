@@ -60,6 +60,26 @@ class ClusterRuntime(Protocol):
         """Takes the node out of Slurm (if it joined) and terminates its instance. Idempotent."""
         ...
 
+    def drain(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord], reason: str) -> bool:
+        """Drains the node in Slurm; True when slurmpod drained it (False: not a Slurm node, or drained already
+        by someone else -- then slurmpod must not undrain it later)."""
+        ...
+
+    def jobs_done(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> bool:
+        """Whether the node runs no job (a drained node is ready for maintenance)."""
+        ...
+
+    def resume(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        """Undrains a node slurmpod drained."""
+        ...
+
+    def replace_root(
+        self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord], image_id: str
+    ) -> None:
+        """Stops the node's daemons gracefully and replaces its root volume with a fresh one of ``image_id``
+        (same instance id, hostname and address). The caller reruns the boot phases from ``baseline``."""
+        ...
+
     def teardown_cluster(self, cluster: ClusterRecord) -> None:
         """Removes every per-cluster resource. Idempotent."""
         ...

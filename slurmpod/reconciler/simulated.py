@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ class SimulatedRuntime:
     def __init__(self, provider: SimulatedProvider, image_id: str) -> None:
         self.provider = provider
         self.image_id = image_id
+        self.fail_images: set[str] = set()  # test hook: updates onto these images fail
 
     def set_capacity(self, table: Mapping[str, int]) -> None:
         self.provider.set_capacity(table)
@@ -56,6 +58,23 @@ class SimulatedRuntime:
 
     def remove_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
         self.provider.terminate(cluster.cluster_id, node.instance_id)
+
+    def drain(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord], reason: str) -> bool:
+        return True
+
+    def jobs_done(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> bool:
+        return True
+
+    def resume(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        return None
+
+    def replace_root(
+        self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord], image_id: str
+    ) -> None:
+        if self.fail_images and image_id in self.fail_images:
+            raise NodeBootError(f"simulated failure replacing the root volume with {image_id} (injected)")
+        if self.provider.launch_delay:
+            time.sleep(self.provider.launch_delay)
 
     def teardown_cluster(self, cluster: ClusterRecord) -> None:
         self.provider.teardown_cluster(cluster.cluster_id)

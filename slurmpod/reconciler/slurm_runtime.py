@@ -19,7 +19,7 @@ import secrets
 import shutil
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -79,8 +79,10 @@ LOGROTATE = b"""/var/log/slurm/*.log /var/log/slurmpod/*.log {
 
 
 class SlurmRuntime:
-    def __init__(self, provider: Provider, state_dir: Path, image: Image, *, join_timeout: float = JOIN_TIMEOUT):
+    def __init__(self, provider: Provider, state_dir: Path, image: Image, *, join_timeout: float = JOIN_TIMEOUT,
+                 image_lookup: Callable[[str | None], Image] | None = None):
         self.provider = provider
+        self.image_lookup = image_lookup or (lambda _id: image)
         self.name = provider.name
         self.dir = state_dir / "clusters"
         self.snapshots_dir = state_dir / "lifecycle"
@@ -124,6 +126,16 @@ class SlurmRuntime:
                 check=True, timeout=30, capture_output=True,
             )
         return key.read_bytes(), key.with_suffix(".pub").read_bytes()
+
+    def _save_conf(self, cluster_id: str, conf: str) -> None:
+        path = self._cluster_dir(cluster_id) / "slurm.conf"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(conf)
+        os.replace(tmp, path)
+
+    def _saved_conf(self, cluster_id: str) -> str | None:
+        path = self.dir / cluster_id / "slurm.conf"
+        return path.read_text() if path.exists() else None
 
     # ---- topology -------------------------------------------------------------------------------
 
@@ -184,7 +196,7 @@ class SlurmRuntime:
             group=node.group,
             instance_type=group.instance_type or "ml.t3.medium",
             image_id=node.image_id or self.image.image_id,
-            image_root=self.image.root,
+            image_root=self.image_lookup(node.image_id).root,
             volumes=volumes,
             labels={"slurmpod/cluster": cluster.name, "slurmpod/group": node.group},
         )
@@ -208,6 +220,14 @@ class SlurmRuntime:
         control.write_file(r, "/root/.ssh/authorized_keys", public, 0o600, "root")
         control.write_file(r, "/etc/logrotate.d/slurmpod", LOGROTATE, 0o644, "root")
         write_node_file(r, RESOURCE_CONFIG_PATH, self._resource_config(cluster, nodes))
+        image = self.image_lookup(node.image_id)
+        write_node_file(r, "/etc/slurmpod/image", f"{image.image_id} {image.release}\n")
+        if image.setup_script:
+            res = r.run(["bash", "-euo", "pipefail", "-s"], input=image.setup_script.encode(), timeout=600)
+            if res.returncode != 0:
+                tail = "\n".join((res.stdout + res.stderr).splitlines()[-10:])
+                raise NodeBootError(f"image {image.image_id} ({image.release}) setup step failed with exit code "
+                                    f"{res.returncode}: {tail}")
         return {}
 
     def _resource_config(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:
@@ -253,7 +273,12 @@ class SlurmRuntime:
                        nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
         r = self._runner(cluster, node)
         if group.node_type == NodeType.CONTROLLER:
-            control.start_slurmctld(r, self._conf(cluster, nodes), render_cgroup_conf())
+            saved = self._saved_conf(cluster.cluster_id)
+            applied = cluster.applied_topology == self.desired_topology(cluster)
+            # a controller whose root volume was replaced gets the conf it ran (user lines included) back
+            conf = saved if saved and applied else self._conf(cluster, nodes)
+            control.start_slurmctld(r, conf, render_cgroup_conf())
+            self._save_conf(cluster.cluster_id, conf)
             return {"applied_topology": self.desired_topology(cluster)}
         if group.node_type == NodeType.LOGIN:
             control.configure_login(r, self._conf(cluster, nodes))
@@ -281,7 +306,7 @@ class SlurmRuntime:
         if primary is None:
             raise NodeBootError("no controller is running", retryable=True)
         name = node.hostname or ""
-        joined = control.SlurmControl(primary).wait_for_idle([name], self.join_timeout)
+        joined = control.SlurmControl(primary).wait_for_nodes([name], self.join_timeout)
         if name not in joined:
             tail = control.log_tail(r, "/var/log/slurm/slurmd.log")
             raise NodeBootError(f"node {name} did not join Slurm within {self.join_timeout:.0f}s; slurmd log: {tail}")
@@ -312,6 +337,7 @@ class SlurmRuntime:
         user_lines = merge_user_lines(live, api_partitions, keep_manual_partitions=keep_manual) if live else ()
         conf = render_slurm_conf(replace(self._topology(cluster, nodes), user_lines=user_lines))
         ctls = self._controllers(cluster, nodes)
+        self._save_conf(cluster.cluster_id, conf)
         for n in reversed(ctls):  # backups first, then the primary
             control.restart_slurmctld(self._runner(cluster, n), conf, render_cgroup_conf())
         login = {g.name for g in cluster.spec.groups_of(NodeType.LOGIN)}
@@ -352,6 +378,63 @@ class SlurmRuntime:
         except (control.SlurmError, ProviderError):
             pass
         ctl.delete_node(name)
+
+    # ---- software updates: drain, wait, replace the root volume, resume ----------------------------
+
+    def _slurm_name(self, cluster: ClusterRecord, node: NodeRecord) -> str | None:
+        group = cluster.spec.group(node.group)
+        if group is None or group.node_type not in (NodeType.COMPUTE, None) or not node.hostname:
+            return None
+        return node.hostname
+
+    def drain(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord], reason: str) -> bool:
+        name = self._slurm_name(cluster, node)
+        primary = self._primary(cluster, nodes)
+        if name is None or primary is None:
+            return False
+        ctl = control.SlurmControl(primary)
+        sn = ctl.node(name)
+        if sn is None:
+            return False
+        if sn.is_drained() or sn.is_draining():
+            return (sn.reason or "").startswith(control.REASON_PREFIX)
+        ctl.drain(name, reason)
+        return True
+
+    def jobs_done(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> bool:
+        name = self._slurm_name(cluster, node)
+        primary = self._primary(cluster, nodes)
+        if name is None or primary is None:
+            return True
+        sn = control.SlurmControl(primary).node(name)
+        return sn is None or not sn.has_jobs()
+
+    def resume(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        name = self._slurm_name(cluster, node)
+        primary = self._primary(cluster, nodes)
+        if name is not None and primary is not None:
+            control.SlurmControl(primary).resume(name)
+
+    def replace_root(
+        self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord], image_id: str
+    ) -> None:
+        group = cluster.spec.group(node.group)
+        if group is None:
+            raise NodeBootError(f"instance group {node.group} no longer exists")
+        r = self._runner(cluster, node)
+        try:  # graceful stops first: slurmctld saves its state (the job queue) on the shared volume
+            if group.node_type == NodeType.CONTROLLER:
+                control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld")
+            else:
+                control.stop_slurmd(r, timeout=20)
+        except (control.SlurmError, ProviderError) as exc:
+            log.warning("node %s: graceful stop before replacement failed: %s", node.instance_id, exc)
+        req = replace(self._request(cluster, node, group), image_id=image_id,
+                      image_root=self.image_lookup(image_id).root)
+        try:
+            self.provider.replace_root_volume(req)
+        except ProviderError as exc:
+            raise NodeBootError(f"root volume replacement failed: {exc}") from exc
 
     def teardown_cluster(self, cluster: ClusterRecord) -> None:
         self.provider.teardown_cluster(cluster.cluster_id)

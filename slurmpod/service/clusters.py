@@ -17,7 +17,7 @@ from slurmpod.domain.legacy import (
     apply_provisioning_parameters,
     is_api_driven,
 )
-from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.model import BatchPolicy, ClusterRecord, EventRecord, NodeRecord, SoftwareUpdate
 from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, SlurmConfig
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
 from slurmpod.domain.validation import merge_update, validate_create, validate_update
@@ -29,6 +29,7 @@ from slurmpod.errors import (
     VersionConflict,
     validation_message,
 )
+from slurmpod.lifecycle.images import ImageCatalog, ImageError
 from slurmpod.store.sql import SqlStore
 
 
@@ -67,7 +68,7 @@ class ClusterService:
         strict: bool = False,
         wake: Callable[[], None] = lambda: None,
         snapshotter: Snapshotter | None = None,
-        image_resolver: Callable[[str | None], str] | None = None,
+        images: ImageCatalog | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -75,7 +76,7 @@ class ClusterService:
         self.strict = strict
         self.wake = wake
         self.snapshotter = snapshotter
-        self.image_resolver = image_resolver
+        self.images = images
 
     # ---- lookups --------------------------------------------------------------------------------
 
@@ -270,6 +271,69 @@ class ClusterService:
                 return self.store.update_cluster(upd, [done])
             except VersionConflict:
                 continue
+        raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
+
+    def update_software(
+        self,
+        caller: Caller,
+        name_or_arn: str,
+        groups: Sequence[str] | None,
+        image_id: str | None,
+        batch: BatchPolicy,
+        rollback_batch: BatchPolicy | None,
+        wait_seconds: int,
+        config: Mapping[str, Any],
+    ) -> ClusterRecord:
+        """UpdateClusterSoftware: records a rolling root-volume replacement; the reconciler carries it out."""
+        findings: list[str] = []
+        for b in (batch, rollback_batch):
+            if b is not None and b.kind == "CAPACITY_PERCENTAGE" and not 1 <= b.value <= 100:
+                findings.append(f"CAPACITY_PERCENTAGE must be between 1 and 100, got {b.value}.")
+        if groups is not None and len(set(groups)) != len(groups):
+            findings.append("InstanceGroups contains duplicate instance group names.")
+        if findings:
+            raise ValidationException(validation_message(findings))
+        try:
+            target = self.images.resolve(image_id) if self.images else None
+        except ImageError as exc:
+            raise ValidationException(str(exc)) from exc
+        for _ in range(5):
+            cur = self.resolve(caller, name_or_arn)
+            names = list(groups) if groups else [g.name for g in cur.spec.instance_groups]
+            unknown = [g for g in names if cur.spec.group(g) is None]
+            if unknown:
+                raise ValidationException(f"Instance group(s) {', '.join(unknown)} not found in cluster {cur.name}.")
+            if cur.status != ClusterStatus.IN_SERVICE or cur.software_update is not None:
+                raise ConflictException(
+                    f"Cluster {cur.name} is in {cur.status.value} status; UpdateClusterSoftware needs InService "
+                    "(one software update at a time)."
+                )
+            busy = [g for g in names if group_busy(cur.group_states, g)]
+            if busy:
+                raise ConflictException(f"Instance group(s) {', '.join(busy)} are Creating or Updating.")
+            now = self.clock.now()
+            su = SoftwareUpdate(
+                operation_id=ids.new_operation_id(),
+                target_image=target.image_id if target else (image_id or "default"),
+                groups=tuple(names),
+                batch=batch,
+                rollback_batch=rollback_batch or batch,
+                wait_seconds=wait_seconds,
+                started=now,
+                config=dict(config),
+            )
+            upd = replace(cur, status=ClusterStatus.SYSTEM_UPDATING, software_update=su, operation_id=su.operation_id,
+                          software_update_status={**cur.software_update_status, **{g: "InProgress" for g in names}})
+            evs = [ev.finish(ev.EventDraft(
+                ev.ResourceType.INSTANCE_GROUP, ev.EventLevel.INFO,
+                f"UpdateClusterSoftware initiated for IG {g} in Cluster {cur.name} using rolling strategy.", group=g),
+                upd, ids.new_event_id(), now) for g in names]
+            try:
+                stored = self.store.update_cluster(upd, evs)
+            except VersionConflict:
+                continue
+            self.wake()
+            return stored
         raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
 
     def delete(self, caller: Caller, name_or_arn: str) -> ClusterRecord:

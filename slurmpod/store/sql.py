@@ -19,7 +19,7 @@ from sqlalchemy import Engine, and_, create_engine, delete, event, func, insert,
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
-from slurmpod.domain.model import ClusterRecord, EventRecord, GroupState, NodeRecord
+from slurmpod.domain.model import ClusterRecord, EventRecord, GroupState, NodeRecord, SoftwareUpdate
 from slurmpod.domain.spec import spec_from_dict, to_dict
 from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, ResourceType
 from slurmpod.errors import ResourceInUse, VersionConflict
@@ -80,6 +80,8 @@ def _cluster_from_row(row: Row[Any]) -> ClusterRecord:
         lifecycle_snapshots=json.loads(m["lifecycle_snapshots"] or "{}"),
         provider=m["provider"],
         group_states={k: GroupState.from_dict(v) for k, v in json.loads(m["group_states"] or "{}").items()},
+        software_update=SoftwareUpdate.from_dict(json.loads(m["software_update"])) if m["software_update"] else None,
+        software_update_status=json.loads(m["software_update_status"] or "{}"),
     )
 
 
@@ -99,6 +101,8 @@ def _cluster_values(rec: ClusterRecord) -> dict[str, Any]:
         "lifecycle_snapshots": _dump(dict(rec.lifecycle_snapshots)),
         "provider": rec.provider,
         "group_states": _dump({k: v.to_dict() for k, v in rec.group_states.items()}),
+        "software_update": _dump(rec.software_update.to_dict()) if rec.software_update else None,
+        "software_update_status": _dump(dict(rec.software_update_status)),
         "creation_time": rec.creation_time,
         "generation": rec.generation,
         "version": rec.version,

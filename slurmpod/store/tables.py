@@ -32,6 +32,8 @@ clusters = Table(
     Column("applied_topology", String(128)),
     Column("lifecycle_snapshots", Text, nullable=False, default="{}"),
     Column("group_states", Text, nullable=False, default="{}"),
+    Column("software_update", Text),
+    Column("software_update_status", Text, nullable=False, default="{}"),
     Column("provider", String(32), nullable=False),
     Column("creation_time", Float, nullable=False),
     Column("generation", Integer, nullable=False),

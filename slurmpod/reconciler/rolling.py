@@ -1,0 +1,123 @@
+"""Rolling software updates by root-volume replacement (pure planning).
+
+While a cluster is SystemUpdating, every pass asks: is a batch in flight? (resubmit its nodes' work after a
+restart); did a node fail? (switch to rollback: every updated node goes back to its previous image, in
+batches of RollbackMaximumBatchSize); else, after WaitIntervalInSeconds, select the next batch of at most
+MaximumBatchSize nodes (compute and login groups first, the controller group last); when nothing is left,
+the cluster returns to InService.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from slurmpod.domain import events as ev
+from slurmpod.domain.model import ClusterRecord, NodeRecord, SoftwareUpdate
+from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, NodeType, ResourceType
+
+
+@dataclass(frozen=True)
+class StartNodeUpdates:
+    """Mark these nodes for replacement onto ``image`` (recording where each comes from) and record ``update``."""
+
+    instance_ids: tuple[str, ...]
+    image: str
+    update: SoftwareUpdate
+    events: tuple[ev.EventDraft, ...] = ()
+
+
+@dataclass(frozen=True)
+class ResumeNodeUpdate:
+    instance_id: str
+
+
+@dataclass(frozen=True)
+class SetSoftwareUpdate:
+    update: SoftwareUpdate
+    events: tuple[ev.EventDraft, ...] = ()
+
+
+@dataclass(frozen=True)
+class FinishSoftwareUpdate:
+    status: str  # SoftwareUpdateStatus for the groups: Succeeded | RollbackComplete | Failed
+    failure_message: str | None
+    events: tuple[ev.EventDraft, ...] = ()
+
+
+RollingAction = StartNodeUpdates | ResumeNodeUpdate | SetSoftwareUpdate | FinishSoftwareUpdate
+
+
+def _group_event(text: str, group: str, level: EventLevel = EventLevel.INFO) -> ev.EventDraft:
+    return ev.EventDraft(ResourceType.INSTANCE_GROUP, level, text, group=group)
+
+
+def _ordered_groups(cluster: ClusterRecord, groups: Sequence[str]) -> list[str]:
+    ctl = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
+    return [g for g in groups if g not in ctl] + [g for g in groups if g in ctl]
+
+
+def plan_software_update(cluster: ClusterRecord, nodes: Sequence[NodeRecord], busy: frozenset[str],
+                         now: float) -> list[RollingAction]:
+    su = cluster.software_update
+    if su is None or cluster.status != ClusterStatus.SYSTEM_UPDATING:
+        return []
+    c = cluster.name
+    mine = [n for n in nodes if n.group in su.groups and n.active]
+    in_flight = [n for n in mine if n.data.get("update_to")]
+    if in_flight:
+        return [ResumeNodeUpdate(n.instance_id) for n in in_flight if n.instance_id not in busy]
+
+    if su.phase == "update" and su.failed:
+        drafts = tuple(_group_event(f"UpdateClusterSoftware failed for IG {g} in Cluster {c}. Initiating rollback.",
+                                    g, EventLevel.ERROR) for g in su.groups)
+        return [SetSoftwareUpdate(replace(su, phase="rollback", last_batch_end=0.0), drafts)]
+
+    if su.phase == "update":
+        pending = {g: [n for n in mine if n.group == g and n.image_id != su.target_image
+                       and n.instance_id not in su.done and n.status == InstanceStatus.RUNNING]
+                   for g in su.groups}
+        if not any(pending.values()):
+            drafts = tuple(_group_event(f"UpdateClusterSoftware completed successfully for IG {g} in Cluster {c}.", g)
+                           for g in su.groups)
+            return [FinishSoftwareUpdate("Succeeded", None, drafts)]
+        if su.batches and now < su.last_batch_end + su.wait_seconds:
+            return []
+        group = next(g for g in _ordered_groups(cluster, su.groups) if pending[g])
+        total = sum(1 for n in mine if n.group == group)
+        batch = sorted(pending[group], key=lambda n: n.seq)[: su.batch.size(total)]
+        draft = _group_event(f"Next update batch selected for IG {group} in Cluster {c}.", group)
+        return [StartNodeUpdates(tuple(n.instance_id for n in batch), su.target_image,
+                                 replace(su, batches=su.batches + 1), (draft,))]
+
+    # rollback: every node this operation touched goes back to the image it had
+    back = {iid: prev for iid, prev in su.done.items()}
+    for n in mine:
+        if n.instance_id in su.failed and n.data.get("update_from"):
+            back[n.instance_id] = str(n.data["update_from"])
+    todo = [n for n in mine if n.instance_id in back and n.image_id != back[n.instance_id]
+            and not n.data.get("rollback_failed")]
+    if not todo:
+        failed = "; ".join(f"{iid}: {msg}" for iid, msg in sorted(su.failed.items()))
+        broken = [n.instance_id for n in mine if n.data.get("rollback_failed")]
+        if broken:
+            msg = (f"UpdateClusterSoftware to {su.target_image} failed ({failed}) and rolling back failed for "
+                   f"{', '.join(broken)}")
+            drafts = tuple(_group_event(f"Rollback failed for IG {g} in Cluster {c}. Some instances may be in "
+                                        "FailedMaintenance state.", g, EventLevel.ERROR) for g in su.groups)
+            return [FinishSoftwareUpdate("Failed", msg, drafts)]
+        msg = f"UpdateClusterSoftware to {su.target_image} failed and was rolled back: {failed}"
+        drafts = tuple(_group_event(f"Rollback of UpdateClusterSoftware completed for IG {g} in Cluster {c}.",
+                                    g, EventLevel.WARN) for g in su.groups)
+        return [FinishSoftwareUpdate("RollbackComplete", msg, drafts)]
+    if su.last_batch_end and now < su.last_batch_end + su.wait_seconds:
+        return []
+    group = next(g for g in _ordered_groups(cluster, su.groups) if any(n.group == g for n in todo))
+    total = sum(1 for n in mine if n.group == group)
+    batch = sorted((n for n in todo if n.group == group), key=lambda n: n.seq)[: su.rollback_batch.size(total)]
+    by_image: dict[str, list[str]] = {}
+    for n in batch:
+        by_image.setdefault(back[n.instance_id], []).append(n.instance_id)
+    image, iids = next(iter(by_image.items()))
+    draft = _group_event(f"Next rollback batch selected for IG {group} in Cluster {c}.", group, EventLevel.WARN)
+    return [StartNodeUpdates(tuple(iids), image, replace(su, batches=su.batches + 1), (draft,))]
