@@ -25,12 +25,11 @@ Decisions where AWS's documentation is silent:
 * ``L``, ``LW``, ``nW``, ``nL`` and ``n#k`` must stand alone in their field (as in Quartz); ``L`` alone in
   Day-of-week means Saturday (the last day of every week). ``nW`` never crosses the month boundary and
   does not fire in months that have no day n. Reversed ranges (``FRI-MON``) are rejected.
-* A step must lie between 1 and the size of its field (``*/60`` is rejected for Minutes).
+* A step must lie between 1 and the size of its field (``*/0`` and ``*/61`` are rejected for Minutes).
 * An expression that can never fire (``cron(0 0 30 2 ? *)``) is rejected; ``parse_schedule`` also
   rejects schedules with no fire time after ``now`` when the caller passes it (request-time check).
 * The HyperPod developer guide's own examples read Day-of-week 1 as Monday ("2nd Monday
-  ``1#2``"); slurmpod follows EventBridge's definition (1 = SUN), which is what the brief and AWS's
-  cron reference specify.
+  ``1#2``"); slurmpod follows AWS's EventBridge cron reference (1 = SUN, ``2#1`` = first Monday).
 """
 
 from __future__ import annotations
