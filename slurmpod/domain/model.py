@@ -117,6 +117,8 @@ class ClusterRecord:
     software_update: SoftwareUpdate | None = None
     # per group: outcome of the last software update (SoftwareUpdateStatus) for DescribeCluster
     software_update_status: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # per group with a ScheduledUpdateConfig: {"expression": str, "since": float, "last_fired": float | None}
+    schedules: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from slurmpod import ids
 from slurmpod.clock import Clock
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import PHASES, ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.software import new_software_update
 from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, check_cluster_transition
 from slurmpod.errors import VersionConflict
 from slurmpod.reconciler import plan as p
@@ -181,6 +182,8 @@ class Reconciler:
             elif isinstance(action, rolling.SetSoftwareUpdate):
                 upd = replace(cluster, software_update=action.update)
                 cluster = self.store.update_cluster(upd, [self._event(upd, d) for d in action.events])
+            elif isinstance(action, rolling.BeginScheduledUpdate):
+                cluster = self._begin_scheduled_update(cluster, action)
             elif isinstance(action, rolling.FinishSoftwareUpdate):
                 cluster = self._finish_software_update(cluster, action)
             elif isinstance(action, p.UpdateGroups):
@@ -272,6 +275,25 @@ class Reconciler:
         log.info("cluster %s: software update batch %d: %s -> %s", cluster.name, action.update.batches,
                  ", ".join(action.instance_ids), action.image)
         self._wake.set()
+        return stored
+
+    def _begin_scheduled_update(self, cluster: ClusterRecord, action: rolling.BeginScheduledUpdate) -> ClusterRecord:
+        now = self.clock.now()
+        groups = sorted(action.fired)
+        target = self.image_lookup(None)[0]
+        su = new_software_update(ids.new_operation_id(), target, groups, action.deployment, now)
+        schedules = {g: dict(v) for g, v in cluster.schedules.items()}
+        for g, t in action.fired.items():
+            schedules[g]["last_fired"] = t
+        check_cluster_transition(cluster.status, ClusterStatus.SYSTEM_UPDATING)
+        upd = replace(cluster, status=ClusterStatus.SYSTEM_UPDATING, software_update=su, schedules=schedules,
+                      operation_id=su.operation_id,
+                      software_update_status={**cluster.software_update_status, **{g: "InProgress" for g in groups}})
+        drafts = [ev.EventDraft(ev.ResourceType.INSTANCE_GROUP, EventLevel.INFO,
+                                f"InstanceGroup {g} in Cluster {cluster.name} has been scheduled for "
+                                "UpdateClusterSoftware to latest.", group=g) for g in groups]
+        stored = self.store.update_cluster(upd, [self._event(upd, d) for d in drafts])
+        log.info("cluster %s: scheduled software update of %s to %s", cluster.name, ", ".join(groups), target)
         return stored
 
     def _finish_software_update(self, cluster: ClusterRecord, action: rolling.FinishSoftwareUpdate) -> ClusterRecord:

@@ -14,7 +14,7 @@ from slurmpod.domain.model import ClusterRecord, GroupState, NodeRecord
 from slurmpod.domain.spec import ClusterSpec
 from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceGroupStatus, InstanceStatus, NodeType
 from slurmpod.domain.validation import effective_min_count
-from slurmpod.reconciler.rolling import RollingAction, plan_software_update
+from slurmpod.reconciler.rolling import RollingAction, plan_scheduled_updates, plan_software_update
 
 
 @dataclass(frozen=True)
@@ -208,6 +208,9 @@ def _plan_continuous(obs: Observation) -> list[Action]:
 def plan(obs: Observation) -> list[Action]:
     c = obs.cluster
     st = c.status
+    scheduled = plan_scheduled_updates(c, obs.now)
+    if scheduled:
+        return list(scheduled)
     if c.spec.continuous and st in (ClusterStatus.CREATING, ClusterStatus.IN_SERVICE):
         return _plan_continuous(obs)
     if st == ClusterStatus.SYSTEM_UPDATING:

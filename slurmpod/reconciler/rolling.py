@@ -9,11 +9,14 @@ the cluster returns to InService.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from slurmpod.domain import events as ev
+from slurmpod.domain.continuous import group_busy
 from slurmpod.domain.model import ClusterRecord, NodeRecord, SoftwareUpdate
+from slurmpod.domain.software import deployment_of, due_schedules
 from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, NodeType, ResourceType
 
 
@@ -45,7 +48,25 @@ class FinishSoftwareUpdate:
     events: tuple[ev.EventDraft, ...] = ()
 
 
-RollingAction = StartNodeUpdates | ResumeNodeUpdate | SetSoftwareUpdate | FinishSoftwareUpdate
+@dataclass(frozen=True)
+class BeginScheduledUpdate:
+    """A ScheduledUpdateConfig fired: update these groups to the latest release (fire times recorded)."""
+
+    fired: Mapping[str, float]
+    deployment: Mapping[str, Any]
+
+
+RollingAction = StartNodeUpdates | ResumeNodeUpdate | SetSoftwareUpdate | FinishSoftwareUpdate | BeginScheduledUpdate
+
+
+def plan_scheduled_updates(cluster: ClusterRecord, now: float) -> list[RollingAction]:
+    """InService and idle: start the software update of every group whose schedule is due (all at once)."""
+    if cluster.status != ClusterStatus.IN_SERVICE or cluster.software_update is not None:
+        return []
+    fired = {g: t for g, t in due_schedules(cluster, now).items() if not group_busy(cluster.group_states, g)}
+    if not fired:
+        return []
+    return [BeginScheduledUpdate(fired, deployment_of(cluster, sorted(fired)[0]))]
 
 
 def _group_event(text: str, group: str, level: EventLevel = EventLevel.INFO) -> ev.EventDraft:

@@ -17,7 +17,8 @@ from slurmpod.domain.legacy import (
     apply_provisioning_parameters,
     is_api_driven,
 )
-from slurmpod.domain.model import BatchPolicy, ClusterRecord, EventRecord, NodeRecord, SoftwareUpdate
+from slurmpod.domain.model import BatchPolicy, ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.software import new_software_update, refresh_schedules, schedule_findings
 from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, SlurmConfig
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
 from slurmpod.domain.validation import merge_update, validate_create, validate_update
@@ -156,7 +157,7 @@ class ClusterService:
         return derived
 
     def create(self, caller: Caller, spec: ClusterSpec) -> ClusterRecord:
-        findings = validate_create(spec, strict=self.strict)
+        findings = validate_create(spec, strict=self.strict) + schedule_findings(spec.instance_groups, self.clock.now())
         if findings:
             raise ValidationException(validation_message(findings))
         if self.store.find_cluster(caller.account_id, spec.name):
@@ -180,6 +181,7 @@ class ClusterService:
             provider=self.provider_name,
             group_states=initial_group_states(spec, now) if spec.continuous else {},
         )
+        rec = replace(rec, schedules=refresh_schedules(rec, now))
         first = ev.finish(ev.cluster_event(spec.name, "creation", "started"), rec, ids.new_event_id(), now)
         self.store.create_cluster(rec, [first])
         self.wake()
@@ -203,6 +205,7 @@ class ClusterService:
                 cur.spec, requested, tuple(groups_to_delete), strict=self.strict,
                 orchestrator_given=orchestrator_given,
             )
+            findings += schedule_findings(requested.instance_groups, self.clock.now())
             if findings:
                 raise ValidationException(validation_message(findings))
             if cur.status != ClusterStatus.IN_SERVICE:
@@ -228,6 +231,7 @@ class ClusterService:
                     g.name: snapshots[g.name] for g in new_spec.instance_groups if g.name in snapshots
                 },
             )
+            upd = replace(upd, schedules=refresh_schedules(upd, now))
             started = ev.finish(ev.cluster_event(cur.name, "update", "started"), upd, ids.new_event_id(), now)
             try:
                 stored = self.store.update_cluster(upd, [started])
@@ -312,16 +316,8 @@ class ClusterService:
             if busy:
                 raise ConflictException(f"Instance group(s) {', '.join(busy)} are Creating or Updating.")
             now = self.clock.now()
-            su = SoftwareUpdate(
-                operation_id=ids.new_operation_id(),
-                target_image=target.image_id if target else (image_id or "default"),
-                groups=tuple(names),
-                batch=batch,
-                rollback_batch=rollback_batch or batch,
-                wait_seconds=wait_seconds,
-                started=now,
-                config=dict(config),
-            )
+            su = new_software_update(ids.new_operation_id(), target.image_id if target else (image_id or "default"),
+                                     names, config, now)
             upd = replace(cur, status=ClusterStatus.SYSTEM_UPDATING, software_update=su, operation_id=su.operation_id,
                           software_update_status={**cur.software_update_status, **{g: "InProgress" for g in names}})
             evs = [ev.finish(ev.EventDraft(

@@ -82,6 +82,7 @@ def _cluster_from_row(row: Row[Any]) -> ClusterRecord:
         group_states={k: GroupState.from_dict(v) for k, v in json.loads(m["group_states"] or "{}").items()},
         software_update=SoftwareUpdate.from_dict(json.loads(m["software_update"])) if m["software_update"] else None,
         software_update_status=json.loads(m["software_update_status"] or "{}"),
+        schedules=json.loads(m["schedules"] or "{}"),
     )
 
 
@@ -103,6 +104,7 @@ def _cluster_values(rec: ClusterRecord) -> dict[str, Any]:
         "group_states": _dump({k: v.to_dict() for k, v in rec.group_states.items()}),
         "software_update": _dump(rec.software_update.to_dict()) if rec.software_update else None,
         "software_update_status": _dump(dict(rec.software_update_status)),
+        "schedules": _dump({k: dict(v) for k, v in rec.schedules.items()}),
         "creation_time": rec.creation_time,
         "generation": rec.generation,
         "version": rec.version,

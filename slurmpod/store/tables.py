@@ -34,6 +34,7 @@ clusters = Table(
     Column("group_states", Text, nullable=False, default="{}"),
     Column("software_update", Text),
     Column("software_update_status", Text, nullable=False, default="{}"),
+    Column("schedules", Text, nullable=False, default="{}"),
     Column("provider", String(32), nullable=False),
     Column("creation_time", Float, nullable=False),
     Column("generation", Integer, nullable=False),

@@ -96,3 +96,40 @@ def test_update_software_validation(srv):
     assert "not found" in e.value.response["Error"]["Message"]
     with pytest.raises(c.exceptions.ResourceNotFound):
         c.update_cluster_software(ClusterName="missing")
+
+
+def test_scheduled_update_fires_once(srv):
+    from datetime import UTC, datetime
+
+    c = srv.client()
+    groups = seed_groups(2)
+    with pytest.raises(c.exceptions.ClientError) as e:
+        bad = [dict(g) for g in groups]
+        bad[1]["ScheduledUpdateConfig"] = {"ScheduleExpression": "cron(0 25 * * ? *)"}
+        c.create_cluster(ClusterName="sched", InstanceGroups=bad)
+    assert e.value.response["Error"]["Message"] == (
+        "1 validation error detected: Invalid ScheduleExpression cron(0 25 * * ? *): "
+        "Hours value 25 is out of range 0-23.") or "Hours value 25" in e.value.response["Error"]["Message"]
+    when = datetime.fromtimestamp(time.time() + 4, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    groups[1]["ScheduledUpdateConfig"] = {"ScheduleExpression": f"at({when})", "DeploymentConfig": {
+        "RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "CAPACITY_PERCENTAGE", "Value": 50}}}}
+    c.create_cluster(ClusterName="sched", InstanceGroups=groups)
+    wait_status(c, "sched", {"InService"})
+    new = _publish(srv)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        g = next(g for g in c.describe_cluster(ClusterName="sched")["InstanceGroups"]
+                 if g["InstanceGroupName"] == "compute-group")
+        if g.get("SoftwareUpdateStatus") == "Succeeded" and c.describe_cluster(
+                ClusterName="sched")["ClusterStatus"] == "InService":
+            break
+        time.sleep(0.2)
+    assert g.get("SoftwareUpdateStatus") == "Succeeded"
+    assert g["ScheduledUpdateConfig"]["ScheduleExpression"] == f"at({when})"
+    nodes = c.list_cluster_nodes(ClusterName="sched")["ClusterNodeSummaries"]
+    assert all(c.describe_cluster_node(ClusterName="sched", NodeId=n["InstanceId"])["NodeDetails"]["CurrentImageId"]
+               == new for n in nodes if n["InstanceGroupName"] == "compute-group")
+    texts = _events(c, "sched")
+    assert sum("has been scheduled for UpdateClusterSoftware to latest." in t for t in texts) == 1
+    time.sleep(1.5)  # a one-time schedule never fires again
+    assert sum("has been scheduled for UpdateClusterSoftware" in t for t in _events(c, "sched")) == 1
