@@ -34,8 +34,8 @@ class Settings:
     reconcile_interval: float = 2.0
     max_parallel_launches: int = 8
     min_count_timeout: float = 3 * 3600.0  # HyperPod's MinCount deadline
-    retry_delay: float = 2.0
-    update_drain_timeout: float = 3600.0  # software updates wait this long for a node's jobs to end  # first backoff step for Continuous launch retries
+    retry_delay: float = 2.0  # first backoff step for Continuous launch retries
+    update_drain_timeout: float = 3600.0  # software updates wait this long for a node's jobs to end
     capacity: dict[str, int] = field(default_factory=dict)  # initial capacity table (both providers)
     # lifecycle sources
     s3_endpoint_url: str | None = None

@@ -12,6 +12,7 @@ from slurmpod.api.pagination import paginate
 from slurmpod.domain.model import BatchPolicy, ClusterRecord, NodeRecord
 from slurmpod.domain.status import ImageVersionStatus
 from slurmpod.domain.views import current_count, group_status
+from slurmpod.errors import ValidationException
 from slurmpod.service.clusters import Caller, ClusterService
 
 Params = Mapping[str, Any]
@@ -30,8 +31,6 @@ def epoch(value: Any) -> float:
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError as exc:
-        from slurmpod.errors import ValidationException
-
         raise ValidationException(f"Value '{value}' is not a valid timestamp.") from exc
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
@@ -167,7 +166,6 @@ def list_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -> dict[s
 
 
 def describe_cluster_node(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
-    from slurmpod.errors import ValidationException
 
     rec = svc.resolve(caller, p["ClusterName"])
     node_id, logical_id = p.get("NodeId"), p.get("NodeLogicalId")
@@ -180,7 +178,6 @@ def describe_cluster_node(svc: ClusterService, caller: Caller, p: Params) -> dic
 
 
 def batch_delete_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
-    from slurmpod.errors import ValidationException
 
     node_ids = list(p.get("NodeIds") or ())
     if not node_ids and not p.get("NodeLogicalIds"):
@@ -225,7 +222,42 @@ def update_cluster_software(svc: ClusterService, caller: Caller, p: Params) -> d
     return {"ClusterArn": rec.arn}
 
 
+def _batch_node_op(svc: ClusterService, caller: Caller, p: Params, op: str) -> dict[str, Any]:
+    node_ids = list(p.get("NodeIds") or ())
+    logical = list(p.get("NodeLogicalIds") or ())
+    if not node_ids and not logical:
+        raise ValidationException("Either NodeIds or NodeLogicalIds must be provided.")
+    rec = svc.resolve(caller, p["ClusterName"])
+    by_logical = {n.logical_id: n.instance_id for n in svc.nodes(rec) if n.logical_id}
+    rev = {v: k for k, v in by_logical.items()}
+    ok, failures = svc.batch_node_op(caller, p["ClusterName"], node_ids + [by_logical.get(x, x) for x in logical], op)
+    out: dict[str, Any] = {
+        "Successful": [i for i in ok if i in node_ids],
+        "Failed": [{"NodeId": f.node_id, "ErrorCode": f.code, "Message": f.message} for f in failures
+                   if f.node_id in node_ids],
+    }
+    if logical:
+        out["SuccessfulNodeLogicalIds"] = [rev[i] for i in ok if rev.get(i) in logical]
+        out["FailedNodeLogicalIds"] = [
+            {"NodeLogicalId": rev.get(f.node_id, f.node_id), "ErrorCode": f.code, "Message": f.message}
+            for f in failures if rev.get(f.node_id, f.node_id) in logical
+        ]
+    if not out["Successful"]:
+        del out["Successful"]  # the model's list has min 1
+    return out
+
+
+def batch_reboot_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    return _batch_node_op(svc, caller, p, "reboot")
+
+
+def batch_replace_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    return _batch_node_op(svc, caller, p, "replace")
+
+
 HANDLERS: dict[str, Handler] = {
+    "BatchRebootClusterNodes": batch_reboot_cluster_nodes,
+    "BatchReplaceClusterNodes": batch_replace_cluster_nodes,
     "UpdateClusterSoftware": update_cluster_software,
     "CreateCluster": create_cluster,
     "UpdateCluster": update_cluster,

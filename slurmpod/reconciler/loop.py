@@ -51,6 +51,7 @@ class Reconciler:
         min_count_timeout: float = p.DEFAULT_MIN_COUNT_TIMEOUT,
         retry_delay: float = 2.0,
         drain_timeout: float = 3600.0,
+        health_interval: float = 5.0,
         image_lookup: Callable[[str | None], tuple[str, str]] | None = None,
         image: tuple[str, str] = ("ami-00000000000000000", "0.0.0"),
     ) -> None:
@@ -71,6 +72,8 @@ class Reconciler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0
+        self.health_interval = health_interval
+        self._health_checked: dict[str, float] = {}
         self._capacity: object = None
         self.last_pass_seconds = 0.0
 
@@ -162,6 +165,13 @@ class Reconciler:
             min_count_timeout=self.min_count_timeout,
         )
         by_id = {n.instance_id: n for n in nodes}
+        now = time.monotonic()
+        if now - self._health_checked.get(cluster_id, 0.0) >= self.health_interval:
+            self._health_checked[cluster_id] = now
+            try:
+                self._check_health(cluster, nodes, obs.busy)
+            except VersionConflict:
+                pass
         for action in p.plan(obs):
             if isinstance(action, p.CreateNodes):
                 self._create_nodes(cluster, action)
@@ -186,6 +196,9 @@ class Reconciler:
                 cluster = self._begin_scheduled_update(cluster, action)
             elif isinstance(action, rolling.FinishSoftwareUpdate):
                 cluster = self._finish_software_update(cluster, action)
+            elif isinstance(action, p.NodeOp):
+                iid = action.instance_id
+                self._submit(cluster_id, iid, functools.partial(self._node_op, cluster_id, iid))
             elif isinstance(action, p.UpdateGroups):
                 cluster = self._update_groups(cluster, action)
             elif isinstance(action, p.FinishDelete):
@@ -258,6 +271,69 @@ class Reconciler:
         for d in action.events:
             log.info("cluster %s: %s", cluster.name, d.description)
         return stored
+
+    # ---- node operations and health ---------------------------------------------------------------
+
+    def _node_op(self, cluster_id: str, instance_id: str) -> None:
+        """Reboot or refresh a node, then hand it to the normal boot path (status Pending, phases trimmed)."""
+        node = self.store.get_node(instance_id)
+        cluster = self.store.get_cluster(cluster_id)
+        if node is None or cluster is None or not node.data.get("op"):
+            return
+        op = str(node.data["op"])
+        nodes = self.store.list_nodes(cluster_id)
+        try:
+            if op == "refresh":
+                self.runtime.replace_root(cluster, node, nodes, node.image_id or self.image_lookup(None)[0])
+                keep: tuple[str, ...] = ("launched",)
+            else:
+                self.runtime.reboot_node(cluster, node, nodes)
+                keep = tuple(ph for ph in node.phases if ph in ("launched", "on_create", "on_init_complete"))
+        except NodeBootError as exc:
+            self._save_node(replace(node, status=InstanceStatus.FAILURE, message=exc.message,
+                                    data={k: v for k, v in node.data.items() if k != "op"}),
+                            ev.instance_event(f"Instance {op} {instance_id} in Cluster {cluster.name} and IG "
+                                              f"{node.group} failed", node.group, instance_id,
+                                              level=EventLevel.ERROR, failure=exc.message))
+            return
+        data = {k: v for k, v in node.data.items() if k != "op"}
+        self._save_node(replace(node, status=InstanceStatus.PENDING, phases=keep, data=data, message=None))
+        log.info("node %s (%s): %s done; rejoining", instance_id, node.group, op)
+        self._wake.set()
+
+    def _check_health(self, cluster: ClusterRecord, nodes: tuple[NodeRecord, ...], busy: frozenset[str]) -> None:
+        """Dead instances (NodeRecovery) and Slurm `Action:Replace/Reboot` requests become node operations."""
+        if cluster.status != ClusterStatus.IN_SERVICE:
+            return
+        alive = self.runtime.alive(cluster)
+        requests = self.runtime.slurm_requests(cluster, nodes)
+        automatic = (cluster.spec.node_recovery or "Automatic") == "Automatic"
+        for n in nodes:
+            if n.status != InstanceStatus.RUNNING or n.instance_id in busy or n.data.get("op"):
+                continue
+            if alive.get(n.instance_id) is False:
+                if automatic:
+                    self._save_node(
+                        replace(n, data={**n.data, "op": "reboot"}),
+                        ev.instance_event(f"Instance {n.instance_id} in IG {n.group} is unhealthy (its processes are "
+                                          "gone); NodeRecovery Automatic is rebooting it", n.group, n.instance_id,
+                                          level=EventLevel.WARN))
+                else:
+                    self._save_node(
+                        replace(n, status=InstanceStatus.FAILURE, message="Instance processes are no longer running"),
+                        ev.instance_event(f"Instance {n.instance_id} in IG {n.group} is unhealthy; NodeRecovery is "
+                                          "None, so it is left to the operator", n.group, n.instance_id,
+                                          level=EventLevel.ERROR))
+            elif n.instance_id in requests:
+                action = requests[n.instance_id]
+                op = "refresh" if action == "Replace" else "reboot"
+                self._save_node(
+                    replace(n, data={**n.data, "op": op, "resume_on_join": True}),
+                    ev.instance_event(f"Slurm asked to {action.lower()} instance {n.instance_id} in IG {n.group} "
+                                      f"(Action:{action}); its jobs have ended", n.group, n.instance_id))
+            else:
+                continue
+            self._wake.set()
 
     # ---- software updates ---------------------------------------------------------------------
 
@@ -439,6 +515,10 @@ class Reconciler:
                 return
             if phase in node.phases:
                 continue
+            if phase == "joined" and node.data.get("resume_on_join"):
+                self.runtime.resume(cluster, node, self.store.list_nodes(cluster_id))
+                node = self.store.update_node(replace(node, data={
+                    k: v for k, v in node.data.items() if k != "resume_on_join"}))
             if phase == "daemons" and not p.may_start_daemons(
                 cluster, node.group, self.store.list_nodes(cluster_id), self.runtime.desired_topology(cluster)
             ):

@@ -54,6 +54,13 @@ class FinishDelete:
 
 
 @dataclass(frozen=True)
+class NodeOp:
+    """Reboot (same root volume) or refresh (fresh root volume, same image) a node marked ``data.op``."""
+
+    instance_id: str
+
+
+@dataclass(frozen=True)
 class UpdateGroups:
     """Continuous mode: new group states (and, for a MinCount rollback, a new desired spec)."""
 
@@ -62,7 +69,8 @@ class UpdateGroups:
     events: tuple[ev.EventDraft, ...] = ()
 
 
-Action = CreateNodes | BootNode | RemoveNode | ApplyTopology | SetStatus | FinishDelete | UpdateGroups | RollingAction
+Action = (CreateNodes | BootNode | RemoveNode | ApplyTopology | SetStatus | FinishDelete | UpdateGroups | NodeOp
+          | RollingAction)
 
 DEFAULT_MIN_COUNT_TIMEOUT = 3 * 3600.0
 
@@ -127,6 +135,9 @@ def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
         if len(mine) != g.instance_count:
             converged = False
         for n in mine:
+            if n.data.get("op") and n.instance_id not in obs.busy:
+                actions.append(NodeOp(n.instance_id))
+                continue
             if n.status == InstanceStatus.PENDING:
                 converged = False
                 # before the controller is up, a node may still launch and run baseline + OnCreate
@@ -251,9 +262,13 @@ def plan(obs: Observation) -> list[Action]:
     actions, converged = _converge(obs, c.spec)
     if failed:
         # Rolling back an update, or a node that died while InService: replace it (bounded while rolling back).
+        automatic = (c.spec.node_recovery or "Automatic") == "Automatic"
         for n in failed:
-            if st != ClusterStatus.ROLLING_BACK or n.attempts < MAX_ROLLBACK_RELAUNCHES:
-                actions.append(RemoveNode(n.instance_id, n.message or "failed"))
+            if st == ClusterStatus.ROLLING_BACK and n.attempts >= MAX_ROLLBACK_RELAUNCHES:
+                continue
+            if st == ClusterStatus.IN_SERVICE and not automatic:
+                continue  # NodeRecovery None: the operator decides (the group shows Degraded)
+            actions.append(RemoveNode(n.instance_id, n.message or "failed"))
         converged = False
     if converged and st == ClusterStatus.CREATING:
         actions.append(SetStatus(ClusterStatus.IN_SERVICE, None, mark_good=True,

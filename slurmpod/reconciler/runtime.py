@@ -80,6 +80,16 @@ class ClusterRuntime(Protocol):
         (same instance id, hostname and address). The caller reruns the boot phases from ``baseline``."""
         ...
 
+    def reboot_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        """Stops the node's daemons gracefully, then every process, and starts it again (same root volume).
+        The caller reruns the boot phases that start daemons."""
+        ...
+
+    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
+        """Nodes an operator asked, the Slurm way, to be replaced or rebooted once idle
+        (``scontrol update node=X state=fail reason="Action:Replace"``): instance id -> Replace | Reboot."""
+        ...
+
     def teardown_cluster(self, cluster: ClusterRecord) -> None:
         """Removes every per-cluster resource. Idempotent."""
         ...

@@ -76,6 +76,12 @@ class SimulatedRuntime:
         if self.provider.launch_delay:
             time.sleep(self.provider.launch_delay)
 
+    def reboot_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        self.provider.revive(node.instance_id)
+
+    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
+        return {}
+
     def teardown_cluster(self, cluster: ClusterRecord) -> None:
         self.provider.teardown_cluster(cluster.cluster_id)
 

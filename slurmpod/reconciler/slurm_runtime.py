@@ -421,20 +421,53 @@ class SlurmRuntime:
         group = cluster.spec.group(node.group)
         if group is None:
             raise NodeBootError(f"instance group {node.group} no longer exists")
-        r = self._runner(cluster, node)
-        try:  # graceful stops first: slurmctld saves its state (the job queue) on the shared volume
-            if group.node_type == NodeType.CONTROLLER:
-                control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld")
-            else:
-                control.stop_slurmd(r, timeout=20)
-        except (control.SlurmError, ProviderError) as exc:
-            log.warning("node %s: graceful stop before replacement failed: %s", node.instance_id, exc)
+        if self.alive(cluster).get(node.instance_id, False):
+            self._graceful_stop(cluster, node)
         req = replace(self._request(cluster, node, group), image_id=image_id,
                       image_root=self.image_lookup(image_id).root)
         try:
             self.provider.replace_root_volume(req)
         except ProviderError as exc:
             raise NodeBootError(f"root volume replacement failed: {exc}") from exc
+
+    def _graceful_stop(self, cluster: ClusterRecord, node: NodeRecord) -> None:
+        group = cluster.spec.group(node.group)
+        r = self._runner(cluster, node)
+        try:  # slurmctld saves its state (the job queue) on the shared volume before the node goes down
+            if group is not None and group.node_type == NodeType.CONTROLLER:
+                control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld")
+            else:
+                control.stop_slurmd(r, timeout=20)
+        except (control.SlurmError, ProviderError) as exc:
+            log.warning("node %s: graceful stop failed: %s", node.instance_id, exc)
+
+    def reboot_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        alive = self.alive(cluster).get(node.instance_id, False)
+        if alive:
+            self._graceful_stop(cluster, node)
+        try:
+            self.provider.reboot(cluster.cluster_id, node.instance_id)
+        except ProviderError as exc:
+            raise NodeBootError(f"reboot failed: {exc}") from exc
+
+    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
+        primary = self._primary(cluster, nodes)
+        if primary is None:
+            return {}
+        try:
+            states = {n.name: n for n in control.SlurmControl(primary).nodes()}
+        except (control.SlurmError, ProviderError):
+            return {}
+        out: dict[str, str] = {}
+        for n in nodes:
+            sn = states.get(n.hostname or "")
+            if sn is None or "FAIL" not in sn.states or sn.has_jobs():
+                continue
+            reason = (sn.reason or "").strip()
+            for action in ("Replace", "Reboot"):
+                if reason.lower().startswith(f"action:{action.lower()}"):
+                    out[n.instance_id] = action
+        return out
 
     def teardown_cluster(self, cluster: ClusterRecord) -> None:
         self.provider.teardown_cluster(cluster.cluster_id)

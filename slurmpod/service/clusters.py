@@ -332,6 +332,66 @@ class ClusterService:
             return stored
         raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
 
+    def batch_node_op(
+        self, caller: Caller, name_or_arn: str, node_ids: Sequence[str], op: str
+    ) -> tuple[list[str], list[NodeDeleteFailure]]:
+        """BatchRebootClusterNodes (op ``reboot``: same instance) and BatchReplaceClusterNodes (``replace``: a new
+        instance in the same group). Per-node failures use the modeled codes."""
+        for _ in range(5):
+            cur = self.resolve(caller, name_or_arn)
+            if cur.status != ClusterStatus.IN_SERVICE:
+                raise ConflictException(f"Cluster {cur.name} is in {cur.status.value} status; wait until InService.")
+            nodes = {n.instance_id: n for n in self.nodes(cur)}
+            ok: list[str] = []
+            failures: list[NodeDeleteFailure] = []
+            changed: list[NodeRecord] = []
+            drafts: list[ev.EventDraft] = []
+            for nid in dict.fromkeys(node_ids):
+                node = nodes.get(nid)
+                if node is None:
+                    failures.append(NodeDeleteFailure(nid, "InstanceIdNotFound", f"Instance {nid} not found."))
+                    continue
+                if node.data.get("op") or node.data.get("update_to") or node.status == InstanceStatus.SYSTEM_UPDATING:
+                    failures.append(NodeDeleteFailure(nid, "InstanceIdInUse",
+                                                      f"Another operation is already in progress for {nid}."))
+                    continue
+                if node.status not in (InstanceStatus.RUNNING, InstanceStatus.FAILURE):
+                    failures.append(NodeDeleteFailure(
+                        nid, "InvalidInstanceStatus",
+                        f"Instance {nid} is {node.status.value}; wait for it to finish any ongoing changes."))
+                    continue
+                group = cur.spec.group(node.group)
+                if op == "replace" and group is not None and group.node_type == NodeType.CONTROLLER:
+                    others = [n for n in nodes.values() if n.group == node.group and n.instance_id != nid
+                              and n.status == InstanceStatus.RUNNING]
+                    if not others:
+                        failures.append(NodeDeleteFailure(
+                            nid, "InstanceIdInUse", f"Instance {nid} is the only Slurm controller; it cannot be "
+                            "replaced while no other controller serves."))
+                        continue
+                if op == "replace":
+                    changed.append(replace(node, status=InstanceStatus.SHUTTING_DOWN, message="Replaced by request"))
+                    drafts.append(ev.instance_event(
+                        f"Instance {nid} is starting as part of instance replacement in Cluster {cur.name} and IG "
+                        f"{node.group}", node.group, nid))
+                else:
+                    changed.append(replace(node, data={**node.data, "op": "reboot"}))
+                    drafts.append(ev.instance_event(
+                        f"Reboot of EC2 Instance {nid} is currently in progress on Cluster {cur.name} and IG "
+                        f"{node.group}", node.group, nid))
+                ok.append(nid)
+            if not changed:
+                return ok, failures
+            now = self.clock.now()
+            try:
+                self.store.update_cluster(cur, [ev.finish(d, cur, ids.new_event_id(), now) for d in drafts],
+                                          changed_nodes=changed)
+            except VersionConflict:
+                continue
+            self.wake()
+            return ok, failures
+        raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
+
     def delete(self, caller: Caller, name_or_arn: str) -> ClusterRecord:
         for _ in range(5):
             cur = self.resolve(caller, name_or_arn)

@@ -154,6 +154,15 @@ class SimulatedProvider:
         for inst in self.list_instances(cluster_id):
             self.terminate(cluster_id, inst.instance_id)
 
+    def revive(self, instance_id: str) -> None:
+        """A reboot brings a killed simulated instance back."""
+        with self._lock:
+            inst = self.instances.get(instance_id)
+            if inst is not None and not inst.alive:
+                self.instances[instance_id] = ProviderInstance(
+                    inst.cluster_id, inst.instance_id, inst.group, inst.ip, inst.hostname, True
+                )
+
     def kill(self, instance_id: str) -> None:
         """Test hook: the instance dies (alive=False) without slurmpod doing it."""
         with self._lock:
