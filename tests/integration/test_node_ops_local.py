@@ -118,7 +118,11 @@ def test_node_recovery_replaces_dead_node(local_server):
         assert time.monotonic() < deadline, "the dead node was not noticed"
         time.sleep(0.2)
     _wait_running(c, "heal", 2, timeout=30)
-    while _idle_count(state, "heal") != 1 or in_node(state, "heal", "compute-group", "pgrep", "-x", "slurmd").returncode:
+    def rejoined() -> bool:
+        slurmd = in_node(state, "heal", "compute-group", "pgrep", "-x", "slurmd").returncode == 0
+        return slurmd and _idle_count(state, "heal") == 1
+
+    while not rejoined():
         assert time.monotonic() < deadline, "the node did not rejoin Slurm within 30 s"
         time.sleep(0.3)
     assert cluster_id
