@@ -74,6 +74,7 @@ class Reconciler:
         self.passes = 0
         self.health_interval = health_interval
         self._health_checked: dict[str, float] = {}
+        self._suspects: dict[str, set[str]] = {}
         self._capacity: object = None
         self.last_pass_seconds = 0.0
 
@@ -305,8 +306,14 @@ class Reconciler:
         """Dead instances (NodeRecovery) and Slurm `Action:Replace/Reboot` requests become node operations."""
         if cluster.status != ClusterStatus.IN_SERVICE:
             return
-        alive = self.runtime.alive(cluster)
+        alive = dict(self.runtime.alive(cluster))
         requests = self.runtime.slurm_requests(cluster, nodes)
+        for iid in self.runtime.unreachable(cluster, nodes):
+            # slurmd gone twice in a row (two health checks) counts as unhealthy
+            if iid in self._suspects.get(cluster.cluster_id, set()):
+                alive[iid] = False
+        self._suspects[cluster.cluster_id] = set(self.runtime.unreachable(cluster, nodes)) - {
+            i for i, a in alive.items() if not a}
         automatic = (cluster.spec.node_recovery or "Automatic") == "Automatic"
         for n in nodes:
             if n.status != InstanceStatus.RUNNING or n.instance_id in busy or n.data.get("op"):

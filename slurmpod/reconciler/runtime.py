@@ -90,6 +90,10 @@ class ClusterRuntime(Protocol):
         (``scontrol update node=X state=fail reason="Action:Replace"``): instance id -> Replace | Reboot."""
         ...
 
+    def unreachable(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> set[str]:
+        """Running nodes whose Slurm daemon is gone although the instance lives (instance ids)."""
+        ...
+
     def teardown_cluster(self, cluster: ClusterRecord) -> None:
         """Removes every per-cluster resource. Idempotent."""
         ...

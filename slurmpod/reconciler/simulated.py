@@ -82,6 +82,9 @@ class SimulatedRuntime:
     def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
         return {}
 
+    def unreachable(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> set[str]:
+        return set()
+
     def teardown_cluster(self, cluster: ClusterRecord) -> None:
         self.provider.teardown_cluster(cluster.cluster_id)
 

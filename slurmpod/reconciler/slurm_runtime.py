@@ -469,6 +469,19 @@ class SlurmRuntime:
                     out[n.instance_id] = action
         return out
 
+    def unreachable(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> set[str]:
+        out: set[str] = set()
+        for n in nodes:
+            if n.status != InstanceStatus.RUNNING or self._slurm_name(cluster, n) is None:
+                continue
+            try:
+                pid = control.read_pid(self._runner(cluster, n), control.SLURMD_PID_FILE, "slurmd")
+            except ProviderError:
+                continue  # a dead instance is handled by alive()
+            if pid is None:
+                out.add(n.instance_id)
+        return out
+
     def teardown_cluster(self, cluster: ClusterRecord) -> None:
         self.provider.teardown_cluster(cluster.cluster_id)
         shutil.rmtree(self.dir / cluster.cluster_id, ignore_errors=True)

@@ -244,19 +244,28 @@ def write_controller_conf(runner: CommandRunner, conf_text: str, cgroup_text: st
     link_opt_slurm_conf(runner, SLURM_CONF)
 
 
+def _running(runner: CommandRunner, comm: str) -> bool:
+    """Whether a process named ``comm`` runs in the node (the pidfile may lag behind a daemonizing start)."""
+    return _run(runner, ["pgrep", "-x", comm], timeout=10).returncode == 0
+
+
 def _start_and_wait_slurmctld(runner: CommandRunner, timeout: float, sleep: Sleep, clock: Clock) -> None:
     me = _hostname(runner)
-    if read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None:
+    if read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None and not _running(runner, "slurmctld"):
         _check(runner, ["/usr/sbin/slurmctld"], log=SLURMCTLD_LOG_FILE)
+    gone_since: list[float] = []
 
     def up() -> bool:
         if ping(runner).get(me):
             return True
-        if read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None:
-            # it may still be daemonizing; a second look before declaring it dead
-            sleep(POLL_INTERVAL)
-            if read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None:
+        if read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None and not _running(runner, "slurmctld"):
+            # it may still be daemonizing (or handing over to a restart): dead only if gone for a while
+            if not gone_since:
+                gone_since.append(clock())
+            elif clock() - gone_since[0] > 2.0:
                 raise SlurmError(f"slurmctld on {me} exited", log_tail(runner, SLURMCTLD_LOG_FILE))
+        else:
+            gone_since.clear()
         return False
 
     if not _wait(up, timeout, sleep, clock):
