@@ -14,8 +14,11 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from slurmpod.credentials import Credential, CredentialStore
+
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
+ACCOUNT = "123456789012"
 
 
 def free_port() -> int:
@@ -38,8 +41,13 @@ class BenchServer:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def credential(self) -> Credential:
+        """The access key the benchmark signs with (created in the state dir on first use)."""
+        return CredentialStore(self.state_dir).get_or_create(ACCOUNT)
+
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.credential()
         extra = [] if self.reconcile_interval is None else ["--reconcile-interval", str(self.reconcile_interval)]
         with self.log.open("ab") as logf:
             self.proc = subprocess.Popen(
@@ -70,8 +78,9 @@ class BenchServer:
             self.proc.wait(timeout=10)
 
     def client(self) -> Any:
+        cred = self.credential()
         return boto3.client(
             "sagemaker", endpoint_url=self.endpoint, region_name="us-east-1",
-            aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret",
+            aws_access_key_id=cred.access_key_id, aws_secret_access_key=cred.secret_access_key,
             config=Config(retries={"max_attempts": 1}),
         )

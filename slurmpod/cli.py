@@ -29,6 +29,29 @@ def _die(message: str) -> int:
     return 2
 
 
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def listen_refusal(host: str, *, tls: bool, insecure_no_tls: bool, auth: str) -> str | None:
+    """Why ``slurmpod server`` must not listen on ``host`` as configured (one line), or None."""
+    if _is_loopback(host):
+        return None
+    if auth == "none":
+        return f"refusing --auth none on non-loopback address {host}: it would let anyone on the network in"
+    if not tls and not insecure_no_tls:
+        return (f"refusing to listen on non-loopback address {host} without TLS: pass --tls-cert FILE --tls-key FILE, "
+                "or --insecure-no-tls to accept plaintext (requests readable and replayable on the network)")
+    return None
+
+
 def cmd_server(args: argparse.Namespace) -> int:
     import socket
 
@@ -46,6 +69,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         compat=args.compat,
         region=args.region,
         account_id=args.account_id,
+        auth=args.auth,
         simulated_capacity=_parse_capacity(args.simulated_capacity),
         simulated_launch_delay=args.simulated_launch_delay,
         simulated_seed=args.simulated_seed,
@@ -53,12 +77,21 @@ def cmd_server(args: argparse.Namespace) -> int:
         local_cidr=args.local_cidr,
         reconcile_interval=args.reconcile_interval,
         s3_endpoint_url=args.s3_endpoint_url,
+        lifecycle_file_roots=tuple(args.lifecycle_file_root or ()),
         min_count_timeout=args.min_count_timeout,
         retry_delay=args.retry_delay,
+        update_drain_timeout=args.update_drain_timeout,
         capacity=_parse_capacity(args.capacity),
     )
+    if bool(args.tls_cert) != bool(args.tls_key):
+        return _die("--tls-cert and --tls-key go together")
+    refusal = listen_refusal(args.host, tls=bool(args.tls_cert), insecure_no_tls=args.insecure_no_tls, auth=args.auth)
+    if refusal:
+        return _die(refusal)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with socket.socket() as probe:
+    if args.insecure_no_tls and not args.tls_cert and not _is_loopback(args.host):
+        logging.getLogger("slurmpod").warning("listening on %s WITHOUT TLS (--insecure-no-tls)", args.host)
+    with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((args.host, args.port))
@@ -72,9 +105,29 @@ def cmd_server(args: argparse.Namespace) -> int:
         logging.getLogger("slurmpod").warning("provider: SIMULATED (no real nodes; for tests and benchmarks)")
     server.start()
     try:
-        uvicorn.run(server.app, host=args.host, port=args.port, log_level="warning", access_log=False)
+        uvicorn.run(server.app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                    ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
     finally:
         server.stop()
+    return 0
+
+
+def cmd_credentials(args: argparse.Namespace) -> int:
+    import json
+
+    from slurmpod.credentials import CredentialError, CredentialStore
+
+    store = CredentialStore(Path(args.state_dir))
+    try:
+        if args.credentials_command == "create":
+            print(json.dumps(store.create(args.account).as_create_access_key(), indent=4))
+        elif args.credentials_command == "delete":
+            store.delete(args.access_key_id)
+            print(f"deleted {args.access_key_id}")
+        else:
+            print(json.dumps([c.summary() for c in store.list()], indent=4))
+    except CredentialError as exc:
+        return _die(str(exc))
     return 0
 
 
@@ -96,10 +149,35 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_images(args: argparse.Namespace) -> int:
-    from slurmpod.lifecycle.images import BUILTIN
+    import time
 
-    print(f"{'IMAGE ID':<24} {'RELEASE':<10} DESCRIPTION")
-    print(f"{BUILTIN.image_id:<24} {BUILTIN.release:<10} {BUILTIN.description} (default, latest)")
+    from slurmpod.lifecycle.images import END_OF_LIFE, SECURITY_UPDATE_REQUIRED, ImageCatalog, ImageError
+    from slurmpod.store.sql import SqlStore
+
+    store = SqlStore(Settings(state_dir=Path(args.state_dir), db_url=args.db).database_url)
+    try:
+        catalog = ImageCatalog(store)
+        if args.images_command == "publish":
+            script = Path(args.script).read_text() if args.script else ""
+            image = catalog.publish(base=args.base, script=script, description=args.description or "",
+                                    now=time.time(), release=args.release)
+            print(f"published {image.image_id} release {image.release}")
+            return 0
+        if args.images_command == "mark":
+            status = SECURITY_UPDATE_REQUIRED if args.security_update_required else END_OF_LIFE
+            image = catalog.mark(args.image_id, status)
+            print(f"{image.image_id} ({image.release}) marked {status}")
+            return 0
+        images = catalog.releases()
+    except (ImageError, OSError) as exc:
+        return _die(str(exc))
+    finally:
+        store.close()
+    latest = images[-1].image_id
+    print(f"{'IMAGE ID':<24} {'RELEASE':<10} {'STATUS':<24} DESCRIPTION")
+    for i in images:
+        tag = " (default, latest)" if i.image_id == latest else ""
+        print(f"{i.image_id:<24} {i.release:<10} {i.status:<24} {i.description}{tag}")
     return 0
 
 
@@ -190,9 +268,37 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--min-count-timeout", type=float, default=3 * 3600.0,
                    help="seconds a Continuous group may stay below MinCount before it rolls back (default 3 h)")
     s.add_argument("--retry-delay", type=float, default=2.0, help="first backoff step of launch retries (s)")
+    s.add_argument("--update-drain-timeout", type=float, default=3600.0,
+                   help="software updates wait this long (s) for a drained node's jobs before replacing it")
+    s.add_argument("--lifecycle-file-root", action="append", metavar="DIR",
+                   help="allow file:// lifecycle sources only under DIR (repeatable; default: anywhere outside "
+                        "the state dir)")
     s.add_argument("--s3-endpoint-url", default=os.environ.get("SLURMPOD_S3_ENDPOINT_URL"),
                    help="S3-compatible endpoint for s3:// lifecycle sources (e.g. MinIO)")
+    s.add_argument("--auth", choices=["sigv4", "none"], default="sigv4",
+                   help="sigv4 (default): every request signed with a key from `slurmpod credentials create`; "
+                        "none: no authentication, everyone acts as --account-id (loopback only)")
+    s.add_argument("--tls-cert", default=None, help="PEM certificate: serve HTTPS (required off loopback)")
+    s.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    s.add_argument("--insecure-no-tls", action="store_true",
+                   help="allow plain HTTP on a non-loopback --host (not recommended)")
     s.set_defaults(func=cmd_server)
+
+    cr = sub.add_parser("credentials", help="access keys for the API (SigV4), each acting as one account")
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--state-dir", default=str(default_state_dir()),
+                       help="keys live in <state-dir>/auth/credentials.json (0600)")
+    where.add_argument("--db", default=None, help="accepted for symmetry; keys are not stored in the database")
+    crsub = cr.add_subparsers(dest="credentials_command", required=True)
+    crc = crsub.add_parser("create", parents=[where],
+                           help="new access key; prints IAM CreateAccessKey-shaped JSON (the only time the secret "
+                                "is shown)")
+    crc.add_argument("--account", default=os.environ.get("SLURMPOD_ACCOUNT_ID", "123456789012"),
+                     help="12-digit account id the key acts as (default 123456789012)")
+    crsub.add_parser("list", parents=[where], help="access keys and their accounts (no secrets)")
+    crd = crsub.add_parser("delete", parents=[where], help="revoke an access key (takes effect on the next request)")
+    crd.add_argument("access_key_id")
+    cr.set_defaults(func=cmd_credentials)
 
     c = sub.add_parser("cleanup", help="remove what a crashed server or test left behind")
     c.add_argument("--state-dir", default=str(default_state_dir()))
@@ -237,9 +343,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_events_parser(sub)
 
-    i = sub.add_parser("images", help="image releases")
+    i = sub.add_parser("images", help="image releases (AMIs): list, publish, mark")
+    i.add_argument("--state-dir", default=str(default_state_dir()))
+    i.add_argument("--db", default=None)
     isub = i.add_subparsers(dest="images_command", required=True)
     il = isub.add_parser("list", help="list image releases")
+    ip = isub.add_parser("publish", help="publish a new release whose baseline runs an extra setup step")
+    ip.add_argument("--from", dest="base", default=None, help="base release (default: latest)")
+    ip.add_argument("--script", default=None, help="bash file run as root in every node of the release")
+    ip.add_argument("--release", default=None, help="release version X.Y.Z (default: next patch)")
+    ip.add_argument("--description", default=None)
+    ip.set_defaults(func=cmd_images)
+    im = isub.add_parser("mark", help="mark a release")
+    im.add_argument("image_id")
+    flag = im.add_mutually_exclusive_group(required=True)
+    flag.add_argument("--security-update-required", action="store_true")
+    flag.add_argument("--end-of-life", action="store_true")
+    im.set_defaults(func=cmd_images)
     il.set_defaults(func=cmd_images)
     return parser
 

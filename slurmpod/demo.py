@@ -21,8 +21,12 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from slurmpod.credentials import Credential, CredentialStore
+
 CLUSTER = "hyperpod-api-driven-cluster"
 ROLE = "arn:aws:iam::123456789012:role/hyperpod-api-driven-exec-role"
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
 console = Console()
 
 
@@ -43,11 +47,17 @@ def _answers(port: int) -> bool:
         return False
 
 
-def _client(port: int) -> Any:
+def _credential(state: Path) -> Credential:
+    """The demo's access key (account 123456789012), created in the state dir on first use."""
+    return CredentialStore(state).get_or_create(ACCOUNT)
+
+
+def _client(state: Path, port: int) -> Any:
     import boto3
 
-    return boto3.client("sagemaker", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-                        aws_access_key_id="demo", aws_secret_access_key="demo")
+    cred = _credential(state)
+    return boto3.client("sagemaker", endpoint_url=f"http://127.0.0.1:{port}", region_name=REGION,
+                        aws_access_key_id=cred.access_key_id, aws_secret_access_key=cred.secret_access_key)
 
 
 def _start_server(state: Path, port: int) -> None:
@@ -116,8 +126,9 @@ def run_demo(state: Path, port: int) -> int:
         console.print(f"[red]slurmpod: {exc}[/]")
         return 2
     db = f"sqlite:///{state / 'slurmpod.db'}"
+    _credential(state)  # before the server starts, so its first request is already signed with a known key
     _start_server(state, port)
-    client = _client(port)
+    client = _client(state, port)
     console.rule("1. CreateCluster (seed 000: controller-group + compute-group in partition `compute`)")
     try:
         arn = client.create_cluster(ClusterName=CLUSTER, InstanceGroups=_groups(),
@@ -152,22 +163,26 @@ def run_demo(state: Path, port: int) -> int:
     console.print(f"job {job} completed; its output (slurm-{job}.out): [bold green]{out}[/]")
     nodes = client.list_cluster_nodes(ClusterName=CLUSTER)["ClusterNodeSummaries"]
     ctl = next(n for n in nodes if n["InstanceGroupName"] == "controller-group")
+    cred = _credential(state)
     console.rule("Next")
     console.print(
         "Connect (HyperPod's SSM target syntax):\n"
         f"  slurmpod connect sagemaker-cluster:{cluster_id}_controller-group-{ctl['InstanceId']}\n"
         f"  slurmpod connect --cluster {CLUSTER} -- sinfo\n"
-        "Use the API (AWS CLI or boto3):\n"
+        "Use the API (AWS CLI or boto3) with the demo's access key (`slurmpod credentials create` makes more):\n"
+        f"  export AWS_ACCESS_KEY_ID={cred.access_key_id} AWS_SECRET_ACCESS_KEY={cred.secret_access_key} "
+        f"AWS_DEFAULT_REGION={REGION}\n"
         f"  aws sagemaker describe-cluster --cluster-name {CLUSTER} --endpoint-url http://127.0.0.1:{port}\n"
         "Tear down (deletes the cluster, stops the server):\n"
-        "  slurmpod demo --down"
+        "  slurmpod demo --down",
+        soft_wrap=True,  # keep the export line copy-pastable
     )
     return 0
 
 
 def run_down(state: Path, port: int) -> int:
     if _answers(port):
-        client = _client(port)
+        client = _client(state, port)
         try:
             client.delete_cluster(ClusterName=CLUSTER)
             console.print(f"deleting {CLUSTER} ...")

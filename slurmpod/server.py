@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import logging
+import os
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.requests import Request
 
 from slurmpod.api.app import ApiContext, make_app
+from slurmpod.api.auth import make_authenticator
 from slurmpod.clock import SystemClock
-from slurmpod.lifecycle.images import BUILTIN, resolve_image
+from slurmpod.lifecycle.images import BUILTIN, Image, ImageCatalog
 from slurmpod.reconciler.loop import CAPACITY_KEY, Reconciler
 from slurmpod.reconciler.runtime import ClusterRuntime
-from slurmpod.service.clusters import Caller, ClusterService, Snapshotter
+from slurmpod.service.clusters import ClusterService, SnapshotInfo, Snapshotter
 from slurmpod.settings import Settings
 from slurmpod.store.sql import SqlStore
 
@@ -36,6 +38,22 @@ class Server:
     def stop(self) -> None:
         self.reconciler.stop()
         self.store.close()
+
+
+def confine_file_sources(snapshotter: Snapshotter, state_dir: Path) -> Snapshotter:
+    """Refuses ``file://`` lifecycle sources that overlap the state directory (credentials, munge keys,
+    the database): a caller could otherwise copy another account's secrets into its own nodes."""
+    state = Path(os.path.realpath(state_dir))
+
+    def guarded(uri: str, entry_point: str | None) -> SnapshotInfo:
+        parts = urllib.parse.urlsplit(uri)
+        if parts.scheme.lower() == "file":
+            root = Path(os.path.realpath(urllib.parse.unquote(parts.path) or "/"))
+            if root == state or state in root.parents or root in state.parents:
+                raise ValueError("file:// lifecycle sources may not read slurmpod's state directory")
+        return snapshotter(uri, entry_point)
+
+    return guarded
 
 
 def build_runtime(settings: Settings) -> tuple[ClusterRuntime, Snapshotter | None]:
@@ -62,23 +80,28 @@ def build_server(settings: Settings) -> Server:
     store = SqlStore(settings.database_url)
     clock = SystemClock()
     runtime, snapshotter = build_runtime(settings)
+    if snapshotter is not None:
+        snapshotter = confine_file_sources(snapshotter, Path(settings.state_dir))
     initial_capacity = {**settings.capacity, **settings.simulated_capacity}
     if initial_capacity:
         store.put_setting(CAPACITY_KEY, initial_capacity)
+    catalog = ImageCatalog(store)
+
+    def image_of(image_id: str | None) -> Image:
+        return (catalog.get(image_id) if image_id else None) or catalog.latest()
+
+    if hasattr(runtime, "image_lookup"):
+        runtime.image_lookup = image_of
     reconciler = Reconciler(
         store, runtime, clock, interval=settings.reconcile_interval, max_workers=settings.max_parallel_launches,
         image=(BUILTIN.image_id, BUILTIN.release), min_count_timeout=settings.min_count_timeout,
-        retry_delay=settings.retry_delay,
+        retry_delay=settings.retry_delay, drain_timeout=settings.update_drain_timeout,
+        image_lookup=lambda image_id: (image_of(image_id).image_id, image_of(image_id).release),
     )
     service = ClusterService(
         store, clock, provider_name=settings.provider, strict=settings.compat == "strict",
-        wake=reconciler.wake, snapshotter=snapshotter,
-        image_resolver=lambda image_id: resolve_image(image_id).image_id,
+        wake=reconciler.wake, snapshotter=snapshotter, images=catalog,
     )
-    caller = Caller(account_id=settings.account_id, region=settings.region)
-
-    def who(_request: Request) -> Caller:
-        return caller
 
     def ready() -> bool:
         try:
@@ -86,5 +109,6 @@ def build_server(settings: Settings) -> Server:
         except Exception:
             return False
 
-    ctx = ApiContext(service=service, caller=who, extensions=settings.compat != "strict", ready=ready)
+    ctx = ApiContext(service=service, caller=make_authenticator(settings), extensions=settings.compat != "strict",
+                     ready=ready)
     return Server(settings, store, runtime, reconciler, service, make_app(ctx))

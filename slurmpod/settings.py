@@ -39,6 +39,8 @@ class Settings:
     capacity: dict[str, int] = field(default_factory=dict)  # initial capacity table (both providers)
     # lifecycle sources
     s3_endpoint_url: str | None = None
+    # file:// lifecycle sources must lie under one of these directories (empty: anywhere but the state dir)
+    lifecycle_file_roots: tuple[str, ...] = ()
 
     @property
     def database_url(self) -> str:

@@ -26,7 +26,7 @@ log = logging.getLogger("slurmpod.api")
 @dataclass
 class ApiContext:
     service: ClusterService
-    caller: Callable[[Request], Caller]
+    caller: Callable[[Request, bytes], Caller]  # authenticates (request, body); raises ServiceError
     extensions: bool = True
     ready: Callable[[], bool] = lambda: True
 
@@ -44,16 +44,32 @@ def dispatch(ctx: ApiContext, op: str, params: object, caller: Caller) -> dict[s
     return conform_output(op, handler(ctx.service, caller, params))
 
 
+async def read_body(request: Request, limit: int = protocol.MAX_BODY_BYTES) -> bytes:
+    """The request body, refusing (413) more than ``limit`` bytes without buffering them."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise protocol.RequestTooLarge(f"Request body of {int(declared)} bytes exceeds the limit of {limit} bytes.")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise protocol.RequestTooLarge(f"Request body exceeds the limit of {limit} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def make_app(ctx: ApiContext) -> Starlette:
     async def root(request: Request) -> Response:
         request_id = str(uuid.uuid4())
         started = time.monotonic()
         op = "-"
         try:
+            raw = await read_body(request)
+            caller = ctx.caller(request, raw)  # authentication comes first, as on AWS
             op = protocol.parse_target(request.headers.get("x-amz-target"))
             protocol.check_content_type(request.headers.get("content-type"))
-            params = protocol.decode_body(await request.body())
-            caller = ctx.caller(request)
+            params = protocol.decode_body(raw)
             result = await run_in_threadpool(dispatch, ctx, op, params, caller)
             status, body = 200, protocol.encode_result(result)
             code = "OK"

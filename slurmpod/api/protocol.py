@@ -48,8 +48,14 @@ def decode_body(body: bytes) -> Any:
         raise SerializationException(f"Request body is not valid JSON: {exc}") from exc
 
 
+MAX_MESSAGE_CHARS = 8192
+
+
 def encode_error(err: ServiceError) -> tuple[int, bytes]:
-    return err.http_status, json.dumps({"__type": err.code, "message": err.message}).encode()
+    message = err.message
+    if len(message) > MAX_MESSAGE_CHARS:  # huge inputs must not come back as huge errors
+        message = message[: MAX_MESSAGE_CHARS - 20] + " ... (truncated)"
+    return err.http_status, json.dumps({"__type": err.code, "message": message}).encode()
 
 
 def encode_result(result: dict[str, Any]) -> bytes:

@@ -513,7 +513,9 @@ def build_local_runtime(settings: Any) -> tuple[SlurmRuntime, Any]:
 
     def snapshotter(uri: str, entry_point: str | None) -> SnapshotInfo:
         try:
-            snap = snapshot_source(uri, runtime.snapshots_dir, s3_endpoint_url=settings.s3_endpoint_url)
+            roots = [Path(r) for r in settings.lifecycle_file_roots] or None
+            snap = snapshot_source(uri, runtime.snapshots_dir, s3_endpoint_url=settings.s3_endpoint_url,
+                                   file_roots=roots)
             if entry_point:
                 resolve_entry_point(snap, entry_point)
         except LifecycleSourceError as exc:

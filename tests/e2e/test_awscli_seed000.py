@@ -84,10 +84,11 @@ def server(tmp_path: Path) -> Iterator[RunningServer]:
 
 
 def _aws(srv: RunningServer, tmp_path: Path, *args: str) -> Any:
+    assert srv.credential is not None  # the key `slurmpod credentials create` would print for this state dir
     env = {
         **os.environ,
-        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
-        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_ACCESS_KEY_ID": srv.credential.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": srv.credential.secret_access_key,
         "AWS_DEFAULT_REGION": REGION,
         "AWS_CONFIG_FILE": str(tmp_path / "aws-config"),
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-credentials"),
@@ -101,7 +102,7 @@ def _aws(srv: RunningServer, tmp_path: Path, *args: str) -> Any:
 
 
 def _wait_in_service(srv: RunningServer, groups: int, timeout: float = 30.0) -> None:
-    client = boto_client(srv.endpoint)
+    client = boto_client(srv.endpoint, credential=srv.credential, region=REGION)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         d = client.describe_cluster(ClusterName=CLUSTER)

@@ -21,7 +21,8 @@ def srv(tmp_path: Path):
 
 
 def _publish(srv) -> str:
-    return ImageCatalog(srv.server.store).publish(base=None, script="echo new", description="", now=time.time()).image_id
+    catalog = ImageCatalog(srv.server.store)
+    return catalog.publish(base=None, script="echo new", description="", now=time.time()).image_id
 
 
 def _events(c, name):

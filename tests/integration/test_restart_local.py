@@ -164,7 +164,7 @@ def test_kill9_while_running_readopts_the_same_nodes(local_server):
     in_node(state, name, None, "scancel", sleeper)
 
 
-@pytest.mark.parametrize(("first_kill", "second_kill"), [(0.3, 0.05), (0.55, 0.15), (0.8, 0.3)])
+@pytest.mark.parametrize(("first_kill", "second_kill"), [(0.1, 0.05), (0.25, 0.15), (0.4, 0.3)])
 def test_kill9_during_create_converges(local_server, first_kill, second_kill):
     state = local_server.state_dir
     c = local_server.client()
@@ -173,30 +173,22 @@ def test_kill9_during_create_converges(local_server, first_kill, second_kill):
     cluster_id = arn.rsplit("/", 1)[1]
     kills: list[str] = []
 
-    # 1st kill: while the controller boots
-    time.sleep(first_kill)
-    kills.append(f"t+{first_kill}s: {c.describe_cluster(ClusterName=name)['ClusterStatus']}, "
-                 f"{len(c.list_cluster_nodes(ClusterName=name)['ClusterNodeSummaries'])} node(s)")
-    local_server.kill9()
-    c = restart(local_server)
-
-    # 2nd kill: shortly after the controller is Running (the compute nodes are starting slurmd / joining)
-    deadline = time.monotonic() + 30
-    nodes: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
+    def kill_and_restart(label: str) -> Any:
+        st = c.describe_cluster(ClusterName=name)["ClusterStatus"]
         nodes = c.list_cluster_nodes(ClusterName=name)["ClusterNodeSummaries"]
-        if any(n["InstanceGroupName"] == "controller-group" and n["InstanceStatus"]["Status"] == "Running"
-               for n in nodes):
-            break
-        time.sleep(0.02)
+        kills.append(f"{label}: {st} [" + ", ".join(
+            f"{n['InstanceGroupName']}={n['InstanceStatus']['Status']}" for n in nodes) + "]")
+        local_server.kill9()
+        return restart(local_server)
+
+    # 1st kill: early in the creation (nodes launching / booting)
+    time.sleep(first_kill)
+    c = kill_and_restart(f"create+{first_kill}s")
+    # 2nd kill: right after the restarted server resumed the boots
     time.sleep(second_kill)
-    nodes = c.list_cluster_nodes(ClusterName=name)["ClusterNodeSummaries"]
-    st = c.describe_cluster(ClusterName=name)["ClusterStatus"]
-    kills.append(f"controller Running+{second_kill}s: {st}, " + ", ".join(
-        f"{n['InstanceGroupName']}={n['InstanceStatus']['Status']}" for n in nodes))
-    local_server.kill9()
-    c = restart(local_server)
+    c = kill_and_restart(f"restart+{second_kill}s")
     print("killed at: " + " | ".join(kills))
+    assert kills[0].split(": ")[1].startswith("Creating"), kills
 
     d = wait_status(c, name, {"InService", "Failed"}, timeout=50)
     assert d["ClusterStatus"] == "InService", d.get("FailureMessage")
