@@ -96,6 +96,11 @@ def may_start_daemons(cluster: ClusterRecord, group: str, nodes: Sequence[NodeRe
     return _controllers_ready(cluster.spec, nodes) and cluster.applied_topology == desired_topology
 
 
+def controller_groups(spec: ClusterSpec) -> list[str]:
+    """Names of the Controller groups (the only rows ``may_start_daemons`` looks at)."""
+    return [g.name for g in spec.groups_of(NodeType.CONTROLLER)]
+
+
 def _controllers_ready(spec: ClusterSpec, nodes: Sequence[NodeRecord]) -> bool:
     """Whether non-controller nodes may boot: a controller is Running (legacy clusters have no roles)."""
     ctl_groups = {g.name for g in spec.groups_of(NodeType.CONTROLLER)}

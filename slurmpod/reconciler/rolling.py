@@ -116,8 +116,8 @@ def plan_software_update(cluster: ClusterRecord, nodes: Sequence[NodeRecord], bu
     for n in mine:
         if n.instance_id in su.failed and n.data.get("update_from"):
             back[n.instance_id] = str(n.data["update_from"])
-    todo = [n for n in mine if n.instance_id in back and n.image_id != back[n.instance_id]
-            and not n.data.get("rollback_failed")]
+    todo = [n for n in mine if n.instance_id in back and not n.data.get("rollback_failed")
+            and (n.image_id != back[n.instance_id] or n.status == InstanceStatus.FAILURE)]
     if not todo:
         failed = "; ".join(f"{iid}: {msg}" for iid, msg in sorted(su.failed.items()))
         broken = [n.instance_id for n in mine if n.data.get("rollback_failed")]

@@ -55,6 +55,7 @@ from slurmpod.slurm.conf import (
     SlurmTopology,
     detect_drift,
     merge_user_lines,
+    parse_partitions,
     partition_map,
     render_cgroup_conf,
     render_slurm_conf,
@@ -328,7 +329,10 @@ class SlurmRuntime:
             live = res.stdout if res.returncode == 0 else ""
         strategy = effective_strategy(cluster.spec)
         if strategy == SlurmConfigStrategy.MANAGED and live and cluster.last_good_spec is not None:
-            expected = partition_map(_compute_groups(cluster.last_good_spec))
+            # drift = the live conf differs from what slurmpod last wrote (a crash may have left the new one)
+            saved = self._saved_conf(cluster.cluster_id)
+            expected = (parse_partitions(saved) if saved else partition_map(_compute_groups(cluster.last_good_spec)))
+            expected = {p: m for p, m in expected.items() if p != "dev"}
             drift = detect_drift(live, expected)
             if drift:
                 raise TopologyDriftError(drift)
