@@ -416,8 +416,13 @@ class SlurmRuntime:
     def resume(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
         name = self._slurm_name(cluster, node)
         primary = self._primary(cluster, nodes)
-        if name is not None and primary is not None:
-            control.SlurmControl(primary).resume(name)
+        if name is None or primary is None:
+            return
+        ctl = control.SlurmControl(primary)
+        sn = ctl.node(name)
+        # idempotent: after a crash the node may already be resumed (Slurm refuses to resume an idle node)
+        if sn is not None and (sn.is_drained() or sn.is_draining() or "FAIL" in sn.states or "DOWN" in sn.states):
+            ctl.resume(name)
 
     def replace_root(
         self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord], image_id: str
