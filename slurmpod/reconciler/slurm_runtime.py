@@ -329,11 +329,15 @@ class SlurmRuntime:
             live = res.stdout if res.returncode == 0 else ""
         strategy = effective_strategy(cluster.spec)
         if strategy == SlurmConfigStrategy.MANAGED and live and cluster.last_good_spec is not None:
-            # drift = the live conf differs from what slurmpod last wrote (a crash may have left the new one)
+            # drift = the live conf matches none of what slurmpod wrote or is writing (a crash between saving and
+            # restarting may leave either the old or the new conf live: neither is drift)
             saved = self._saved_conf(cluster.cluster_id)
-            expected = (parse_partitions(saved) if saved else partition_map(_compute_groups(cluster.last_good_spec)))
-            expected = {p: m for p, m in expected.items() if p != "dev"}
-            drift = detect_drift(live, expected)
+            candidates = [partition_map(_compute_groups(cluster.last_good_spec)),
+                          partition_map(_compute_groups(cluster.spec))]
+            if saved:
+                candidates.insert(0, {p: m for p, m in parse_partitions(saved).items() if p != "dev"})
+            findings = [detect_drift(live, expected) for expected in candidates]
+            drift = [] if any(not f for f in findings) else findings[0]
             if drift:
                 raise TopologyDriftError(drift)
         api_partitions = {g.partition for g in cluster.spec.instance_groups if g.partition}
