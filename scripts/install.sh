@@ -11,7 +11,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS=(slurmctld slurmd slurm-client munge iproute2 util-linux procps iputils-ping openssh-client
-      postgresql python3 python3-venv python3-pip ca-certificates logrotate)
+      postgresql python3 python3-venv python3-pip ca-certificates logrotate
+      chromium fonts-dejavu-core)  # chromium: the console's browser tests (Playwright drives /usr/bin/chromium)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -35,6 +36,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 echo "== installing slurmpod into $VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-"$VENV/bin/python" -m pip install -q -e ".[test]"
+# Playwright's Python package only: never its own browser download (the tests use Debian's chromium)
+PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install -q -e ".[test]"
 ln -sf "$VENV/bin/slurmpod" /usr/local/bin/slurmpod
 echo "== ready: $("$VENV/bin/slurmpod" --help | head -n 1)"

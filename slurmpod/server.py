@@ -13,6 +13,8 @@ from starlette.applications import Starlette
 from slurmpod.api.app import ApiContext, make_app
 from slurmpod.api.auth import make_authenticator
 from slurmpod.clock import SystemClock
+from slurmpod.console import console_routes, credential_sign_in, open_sign_in
+from slurmpod.credentials import CredentialStore
 from slurmpod.lifecycle.images import BUILTIN, Image, ImageCatalog
 from slurmpod.reconciler.loop import CAPACITY_KEY, Reconciler
 from slurmpod.reconciler.runtime import ClusterRuntime
@@ -111,4 +113,6 @@ def build_server(settings: Settings) -> Server:
 
     ctx = ApiContext(service=service, caller=make_authenticator(settings), extensions=settings.compat != "strict",
                      ready=ready)
-    return Server(settings, store, runtime, reconciler, service, make_app(ctx))
+    sign_in = (open_sign_in(settings.account_id, settings.region) if settings.auth == "none"
+               else credential_sign_in(CredentialStore(settings.state_dir), settings.region))
+    return Server(settings, store, runtime, reconciler, service, make_app(ctx, console_routes(ctx, sign_in)))

@@ -5,15 +5,16 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
+from slurmpod import metrics
 from slurmpod.api import protocol
 from slurmpod.api.handlers import HANDLERS
 from slurmpod.api.model import conform_output, get_model, raise_for_input
@@ -59,7 +60,8 @@ async def read_body(request: Request, limit: int = protocol.MAX_BODY_BYTES) -> b
     return b"".join(chunks)
 
 
-def make_app(ctx: ApiContext) -> Starlette:
+def make_app(ctx: ApiContext, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
+    """``extra_routes``: the console (``slurmpod.console``), mounted by ``slurmpod.server``."""
     async def root(request: Request) -> Response:
         request_id = str(uuid.uuid4())
         started = time.monotonic()
@@ -81,6 +83,7 @@ def make_app(ctx: ApiContext) -> Starlette:
             status, body = protocol.encode_error(InternalFailure(f"Internal error; request id {request_id}."))
             code = "InternalFailure"
         log.info("%s %s %d %s %.1fms", request_id[:8], op, status, code, (time.monotonic() - started) * 1000)
+        metrics.observe_request(op if op in HANDLERS else "other", code, time.monotonic() - started)
         return Response(
             body, status_code=status, media_type=protocol.CONTENT_TYPE, headers={"x-amzn-RequestId": request_id}
         )
@@ -97,11 +100,17 @@ def make_app(ctx: ApiContext) -> Starlette:
         ok = await run_in_threadpool(ctx.ready)
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
+    async def prometheus(request: Request) -> Response:
+        body = await run_in_threadpool(metrics.render, ctx.service.store.engine)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
+
     return Starlette(
         routes=[
             Route("/", root, methods=["POST"]),
             Route("/", other_method, methods=["GET", "PUT", "DELETE", "PATCH"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", prometheus, methods=["GET"]),
+            *extra_routes,
         ]
     )
