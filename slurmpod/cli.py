@@ -75,6 +75,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         simulated_seed=args.simulated_seed,
         simulated_fail_rate=args.simulated_fail_rate,
         local_cidr=args.local_cidr,
+        accounting=args.accounting,
         reconcile_interval=args.reconcile_interval,
         s3_endpoint_url=args.s3_endpoint_url,
         lifecycle_file_roots=tuple(args.lifecycle_file_root or ()),
@@ -243,6 +244,34 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_webhooks(args: argparse.Namespace) -> int:
+    from slurmpod.notify import SETTING_KEY
+    from slurmpod.store.sql import SqlStore
+
+    store = SqlStore(Settings(state_dir=Path(args.state_dir), db_url=args.db).database_url)
+    try:
+        recs = [c for c in store.list_clusters() if args.cluster in (c.name, c.arn, c.cluster_id)]
+        if not recs:
+            return _die(f"no cluster {args.cluster}")
+        cid = recs[0].cluster_id
+        table = {k: list(v) for k, v in (store.get_setting(SETTING_KEY) or {}).items()}
+        urls = table.setdefault(cid, [])
+        if args.webhooks_command == "add":
+            if not args.url.startswith(("http://", "https://")):
+                return _die("a webhook URL starts with http:// or https://")
+            if args.url not in urls:
+                urls.append(args.url)
+        elif args.webhooks_command == "remove":
+            table[cid] = [u for u in urls if u != args.url]
+        if args.webhooks_command != "list":
+            store.put_setting(SETTING_KEY, table)
+        for url in table.get(cid, []):
+            print(url)
+    finally:
+        store.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmpod", description="Real Slurm clusters behind a HyperPod-compatible API"
@@ -263,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--simulated-seed", type=int, default=0)
     s.add_argument("--simulated-fail-rate", type=float, default=0.0)
     s.add_argument("--local-cidr", default="10.231.0.0/16", help="address pool for local instances")
+    s.add_argument("--accounting", choices=["local", "none"], default="none",
+                   help="local: slurmdbd + MariaDB on a per-cluster service host (sacct works); none: no accounting")
     s.add_argument("--reconcile-interval", type=float, default=2.0)
     s.add_argument("--capacity", default="", help="initial capacity table TYPE=COUNT[,...] (see `capacity set`)")
     s.add_argument("--min-count-timeout", type=float, default=3 * 3600.0,
@@ -332,6 +363,18 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--region", default=os.environ.get("SLURMPOD_REGION", "us-east-1"))
     m.add_argument("--account-id", default=os.environ.get("SLURMPOD_ACCOUNT_ID", "123456789012"))
     m.set_defaults(func=cmd_migrate)
+
+    w = sub.add_parser("webhooks", help="notification URLs of a cluster (controller failover etc.; SNS-like JSON)")
+    w.add_argument("--state-dir", default=str(default_state_dir()))
+    w.add_argument("--db", default=None)
+    wsub = w.add_subparsers(dest="webhooks_command", required=True)
+    for verb in ("add", "remove"):
+        wp = wsub.add_parser(verb)
+        wp.add_argument("cluster")
+        wp.add_argument("url")
+    wl = wsub.add_parser("list")
+    wl.add_argument("cluster")
+    w.set_defaults(func=cmd_webhooks)
 
     d = sub.add_parser("demo", help="seed 000's cluster on real Slurm here, and a job on it")
     d.add_argument("--state-dir", default=str(default_state_dir()))

@@ -22,8 +22,9 @@ from slurmpod.clock import Clock
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import PHASES, ClusterRecord, EventRecord, NodeRecord
 from slurmpod.domain.software import new_software_update
-from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, check_cluster_transition
+from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, NodeType, check_cluster_transition
 from slurmpod.errors import VersionConflict
+from slurmpod.notify import Notifier
 from slurmpod.reconciler import plan as p
 from slurmpod.reconciler import rolling
 from slurmpod.reconciler.runtime import ClusterRuntime, NodeBootError, TopologyDriftError
@@ -53,6 +54,7 @@ class Reconciler:
         retry_delay: float = 2.0,
         drain_timeout: float = 3600.0,
         health_interval: float = 5.0,
+        notifier: Notifier | None = None,
         image_lookup: Callable[[str | None], tuple[str, str]] | None = None,
         image: tuple[str, str] = ("ami-00000000000000000", "0.0.0"),
     ) -> None:
@@ -74,6 +76,7 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self.passes = 0
         self.health_interval = health_interval
+        self.notifier = notifier or Notifier(store)
         self._health_checked: dict[str, float] = {}
         self._suspects: dict[str, set[str]] = {}
         self._capacity: object = None
@@ -337,6 +340,33 @@ class Reconciler:
         log.info("node %s (%s): %s done; rejoining", instance_id, node.group, op)
         self._wake.set()
 
+    def _controller_changed(self, cluster: ClusterRecord, node: NodeRecord, nodes: tuple[NodeRecord, ...], *,
+                            up: bool) -> NodeRecord:
+        """A controller went down (a backup takes over) or came back: event + notification."""
+        ctl_groups = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
+        ctls = sorted((n for n in nodes if n.group in ctl_groups and n.active), key=lambda n: n.seq)
+        host = node.hostname or node.instance_id
+        if up:
+            primary = bool(ctls) and ctls[0].instance_id == node.instance_id
+            text = (f"Slurm controller {host} (instance {node.instance_id}) in Cluster {cluster.name} is back"
+                    + (" and serves as primary again" if primary else " as a backup"))
+            kind, level = "ControllerUp", EventLevel.INFO
+            data = {k: v for k, v in node.data.items() if k != "controller_down"}
+        else:
+            others = [n for n in ctls if n.instance_id != node.instance_id and n.status == InstanceStatus.RUNNING]
+            backup = others[0].hostname if others else None
+            text = (f"Slurm controller {host} (instance {node.instance_id}) in Cluster {cluster.name} is down; "
+                    + (f"backup controller {backup} takes over" if backup else "no backup controller serves"))
+            kind, level = "ControllerDown", EventLevel.ERROR if not backup else EventLevel.WARN
+            data = {**node.data, "controller_down": True}
+        saved = self._save_node(replace(node, data=data),
+                                ev.instance_event(text, node.group, node.instance_id, level=level))
+        self.notifier.send(cluster, f"slurmpod: {kind} in {cluster.name}",
+                           {"Event": kind, "InstanceId": node.instance_id, "Hostname": host, "Description": text},
+                           self.clock.now())
+        log.warning("cluster %s: %s", cluster.name, text)
+        return saved
+
     def _check_health(self, cluster: ClusterRecord, nodes: tuple[NodeRecord, ...], busy: frozenset[str]) -> None:
         """Dead instances (NodeRecovery) and Slurm `Action:Replace/Reboot` requests become node operations."""
         if cluster.status != ClusterStatus.IN_SERVICE:
@@ -350,9 +380,16 @@ class Reconciler:
         self._suspects[cluster.cluster_id] = set(self.runtime.unreachable(cluster, nodes)) - {
             i for i, a in alive.items() if not a}
         automatic = (cluster.spec.node_recovery or "Automatic") == "Automatic"
+        ctl_groups = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
         for n in nodes:
+            if (n.group in ctl_groups and n.data.get("controller_down") and n.status == InstanceStatus.RUNNING
+                    and alive.get(n.instance_id)):
+                self._controller_changed(cluster, n, nodes, up=True)
+                n = self.store.get_node(n.instance_id) or n
             if n.status != InstanceStatus.RUNNING or n.instance_id in busy or n.data.get("op"):
                 continue
+            if alive.get(n.instance_id) is False and n.group in ctl_groups:
+                n = self._controller_changed(cluster, n, nodes, up=False)
             if alive.get(n.instance_id) is False:
                 if automatic:
                     self._save_node(

@@ -92,7 +92,8 @@ def may_start_daemons(cluster: ClusterRecord, group: str, nodes: Sequence[NodeRe
     and slurm.conf has the current topology. (Launch, baseline and OnCreate run earlier, in parallel.)"""
     ctl_groups = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
     if group in ctl_groups:
-        return True
+        # every controller must have its address first: slurm.conf lists them all (SlurmctldHost order)
+        return all("launched" in n.phases for n in nodes if n.group in ctl_groups and n.active)
     return _controllers_ready(cluster.spec, nodes) and cluster.applied_topology == desired_topology
 
 

@@ -73,6 +73,10 @@ def _group_event(text: str, group: str, level: EventLevel = EventLevel.INFO) -> 
     return ev.EventDraft(ResourceType.INSTANCE_GROUP, level, text, group=group)
 
 
+def _controller_groups(cluster: ClusterRecord) -> set[str]:
+    return {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
+
+
 def _ordered_groups(cluster: ClusterRecord, groups: Sequence[str]) -> list[str]:
     ctl = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
     return [g for g in groups if g not in ctl] + [g for g in groups if g in ctl]
@@ -106,7 +110,8 @@ def plan_software_update(cluster: ClusterRecord, nodes: Sequence[NodeRecord], bu
             return []
         group = next(g for g in _ordered_groups(cluster, su.groups) if pending[g])
         total = sum(1 for n in mine if n.group == group)
-        batch = sorted(pending[group], key=lambda n: n.seq)[: su.batch.size(total)]
+        size = 1 if group in _controller_groups(cluster) else su.batch.size(total)  # never all heads at once
+        batch = sorted(pending[group], key=lambda n: n.seq)[:size]
         draft = _group_event(f"Next update batch selected for IG {group} in Cluster {c}.", group)
         return [StartNodeUpdates(tuple(n.instance_id for n in batch), su.target_image,
                                  replace(su, batches=su.batches + 1), (draft,))]
@@ -135,7 +140,8 @@ def plan_software_update(cluster: ClusterRecord, nodes: Sequence[NodeRecord], bu
         return []
     group = next(g for g in _ordered_groups(cluster, su.groups) if any(n.group == g for n in todo))
     total = sum(1 for n in mine if n.group == group)
-    batch = sorted((n for n in todo if n.group == group), key=lambda n: n.seq)[: su.rollback_batch.size(total)]
+    size = 1 if group in _controller_groups(cluster) else su.rollback_batch.size(total)
+    batch = sorted((n for n in todo if n.group == group), key=lambda n: n.seq)[:size]
     by_image: dict[str, list[str]] = {}
     for n in batch:
         by_image.setdefault(back[n.instance_id], []).append(n.instance_id)

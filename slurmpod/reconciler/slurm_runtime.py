@@ -47,13 +47,17 @@ from slurmpod.providers.base import (
     TemporaryProviderError,
     VolumeMount,
 )
+from slurmpod.reconciler.accounting import AccountingService
 from slurmpod.reconciler.runtime import NodeBootError, TopologyDriftError
 from slurmpod.reconciler.topology import topology_key
 from slurmpod.slurm import control
 from slurmpod.slurm.conf import (
     DEFAULT_STATE_SAVE_LOCATION,
+    AccountingConfig,
     SlurmTopology,
+    conf_value,
     detect_drift,
+    extract_user_lines,
     merge_user_lines,
     parse_partitions,
     partition_map,
@@ -81,8 +85,11 @@ LOGROTATE = b"""/var/log/slurm/*.log /var/log/slurmpod/*.log {
 
 class SlurmRuntime:
     def __init__(self, provider: Provider, state_dir: Path, image: Image, *, join_timeout: float = JOIN_TIMEOUT,
-                 image_lookup: Callable[[str | None], Image] | None = None):
+                 image_lookup: Callable[[str | None], Image] | None = None,
+                 accounting: AccountingService | None = None):
         self.provider = provider
+        #: slurmdbd + MariaDB on a per-cluster service host (None: AccountingStorageType=accounting_storage/none)
+        self.accounting = accounting
         self.image_lookup = image_lookup or (lambda _id: image)
         self.name = provider.name
         self.dir = state_dir / "clusters"
@@ -151,23 +158,39 @@ class SlurmRuntime:
         ctl = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
         return sorted((n for n in nodes if n.group in ctl and n.ip and n.active), key=lambda n: n.seq)
 
-    def _topology(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> SlurmTopology:
+    def _accounting_config(self, cluster: ClusterRecord) -> AccountingConfig | None:
+        """Where slurmctld finds slurmdbd: the last config of this process, else (after a restart) ensure()."""
+        if self.accounting is None:
+            return None
+        cfg = self.accounting.cached(cluster.cluster_id)
+        if cfg is None:
+            cfg = self.accounting.ensure(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id))
+        return cfg
+
+    def _topology(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord],
+                  accounting: AccountingConfig | None = None) -> SlurmTopology:
         ctls = self._controllers(cluster, nodes)
         return SlurmTopology(
             cluster_name=cluster.name,
             controllers=tuple((n.hostname or "", n.ip or "") for n in ctls),
             compute_groups=_compute_groups(cluster.spec),
+            accounting=accounting or self._accounting_config(cluster),
         )
 
-    def _conf(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:
-        return render_slurm_conf(self._topology(cluster, nodes))
+    def _conf(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord],
+              accounting: AccountingConfig | None = None) -> str:
+        return render_slurm_conf(self._topology(cluster, nodes, accounting))
 
     def _runner(self, cluster: ClusterRecord, node: NodeRecord) -> CommandRunner:
         return self.provider.runner(cluster.cluster_id, node.instance_id)
 
     def _primary(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> CommandRunner | None:
+        """A runner on the first live controller (admin commands fail over with Slurm's own HA)."""
         ctls = [n for n in self._controllers(cluster, nodes) if n.status == InstanceStatus.RUNNING or
                 "daemons" in n.phases]
+        if len(ctls) > 1:
+            alive = self.alive(cluster)
+            ctls = [n for n in ctls if alive.get(n.instance_id, True)] or ctls
         return self._runner(cluster, ctls[0]) if ctls else None
 
     # ---- boot -----------------------------------------------------------------------------------
@@ -205,6 +228,9 @@ class SlurmRuntime:
     def _phase_launched(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
                         nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
         self.provider.prepare_cluster(cluster.cluster_id)
+        if self.accounting is not None and group.node_type == NodeType.CONTROLLER:
+            # the accounting host boots in parallel with the controller; _phase_daemons waits for it
+            self.accounting.begin(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id))
         inst = self.provider.launch(self._request(cluster, node, group))
         return {"ip": inst.ip, "hostname": inst.hostname}
 
@@ -276,8 +302,14 @@ class SlurmRuntime:
         if group.node_type == NodeType.CONTROLLER:
             saved = self._saved_conf(cluster.cluster_id)
             applied = cluster.applied_topology == self.desired_topology(cluster)
+            acct = (self.accounting.ensure(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id))
+                    if self.accounting is not None else None)
+            if saved and acct is not None and conf_value(saved, "AccountingStorageHost") != acct.host_ip:
+                # the accounting host was re-created at a new address: same conf, new AccountingStorageHost
+                saved = render_slurm_conf(replace(self._topology(cluster, nodes, acct),
+                                                  user_lines=extract_user_lines(saved)))
             # a controller whose root volume was replaced gets the conf it ran (user lines included) back
-            conf = saved if saved and applied else self._conf(cluster, nodes)
+            conf = saved if saved and applied else self._conf(cluster, nodes, acct)
             control.start_slurmctld(r, conf, render_cgroup_conf())
             self._save_conf(cluster.cluster_id, conf)
             return {"applied_topology": self.desired_topology(cluster)}
@@ -496,6 +528,8 @@ class SlurmRuntime:
         return out
 
     def teardown_cluster(self, cluster: ClusterRecord) -> None:
+        if self.accounting is not None:
+            self.accounting.teardown(cluster.cluster_id)
         self.provider.teardown_cluster(cluster.cluster_id)
         shutil.rmtree(self.dir / cluster.cluster_id, ignore_errors=True)
 
@@ -522,7 +556,8 @@ def build_local_runtime(settings: Any) -> tuple[SlurmRuntime, Any]:
     state_dir = Path(settings.state_dir)
     check_host(state_dir, settings.local_cidr)
     provider = LocalProvider(state_dir, cidr=settings.local_cidr)
-    runtime = SlurmRuntime(provider, state_dir, BUILTIN)
+    accounting = AccountingService(provider, state_dir) if getattr(settings, "accounting", "none") == "local" else None
+    runtime = SlurmRuntime(provider, state_dir, BUILTIN, accounting=accounting)
 
     def snapshotter(uri: str, entry_point: str | None) -> SnapshotInfo:
         try:
