@@ -60,8 +60,8 @@ def test_controller_failover(local_server):
         nodes = c.list_cluster_nodes(ClusterName="ha")["ClusterNodeSummaries"]
         ctls = sorted((n for n in nodes if n["InstanceGroupName"] == "controller-group"),
                       key=lambda n: n["LaunchTime"])
-        long_job = in_node(state, "ha", "compute-group", "bash", "-c",
-                           "cd /home && sbatch --parsable -N2 --exclusive --wrap='sleep 25; echo long-done'").stdout.strip()
+        long_job = in_node(state, "ha", "compute-group", "bash", "-c", "cd /home && sbatch --parsable -N2 "
+                           "--exclusive --wrap='sleep 25; echo long-done'").stdout.strip()
         queued = in_node(state, "ha", "compute-group", "bash", "-c",
                          "cd /home && sbatch --parsable -N1 --wrap='echo queued-done'").stdout.strip()
         deadline = time.monotonic() + 30
