@@ -1,0 +1,242 @@
+"""``AccountingService``: slurmdbd + MariaDB of a cluster on its own service host.
+
+The accounting host is a cluster-level instance, not a controller, so accounting outlives a controller
+failure: its own namespace and address (provider group ``accounting``), its database on the per-cluster
+volume ``accounting-db`` (mounted at ``/var/lib/mysql``; it outlives the instance and is removed with the
+cluster). Its instance id is derived from the cluster id, so ``ensure`` is idempotent and a restarted
+server re-adopts the same host; every step checks before it acts (crash-safe):
+
+1. launch (or find) the instance; start munged with the cluster key
+2. initialise the datadir once (``mariadb-install-db``; a marker file records success, a half-done init is
+   wiped and redone), start mariadbd in the background, apply the idempotent ``slurm`` user SQL (stdin)
+3. write ``/etc/slurm/slurmdbd.conf`` (0600 slurm) and start slurmdbd; wait until it accepts on 6819
+
+The database password is generated once and kept in ``<state>/clusters/<id>/accounting-db.pass`` (0600).
+It never appears on a command line or in a log line or error message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from slurmpod.lifecycle.images import BUILTIN, Image
+from slurmpod.providers.base import (
+    CommandResult,
+    CommandRunner,
+    InstanceRequest,
+    Provider,
+    ProviderError,
+    ProviderInstance,
+    VolumeMount,
+)
+from slurmpod.slurm import accounting as acct
+from slurmpod.slurm import control
+from slurmpod.slurm.conf import SLURMDBD_PORT, AccountingConfig
+
+log = logging.getLogger("slurmpod.accounting")
+
+ACCOUNTING_GROUP = "accounting"
+ACCOUNTING_INSTANCE_TYPE = "ml.t3.medium"
+DB_VOLUME = VolumeMount("accounting-db", acct.MYSQL_DATADIR)
+PASSWORD_FILE = "accounting-db.pass"
+READY_TIMEOUT = 90.0
+POLL = 0.1
+
+
+class AccountingError(control.SlurmError):
+    """The accounting host could not be brought up (message and log tail hold no secret)."""
+
+
+class AccountingService:
+    """Runs one accounting host per cluster through ``provider``; see the module docstring."""
+
+    def __init__(self, provider: Provider, state_dir: Path, *, image: Image = BUILTIN,
+                 instance_type: str = ACCOUNTING_INSTANCE_TYPE, ready_timeout: float = READY_TIMEOUT) -> None:
+        self.provider = provider
+        self.dir = Path(state_dir) / "clusters"
+        self.image = image
+        self.instance_type = instance_type
+        self.ready_timeout = ready_timeout
+        self.last_ensure_seconds = 0.0  # duration of the most recent ensure() (diagnostics, benchmarks)
+        self._configs: dict[str, AccountingConfig] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._guard = threading.Lock()
+
+    # ---- public API ---------------------------------------------------------------------------
+
+    @staticmethod
+    def instance_id(cluster_id: str) -> str:
+        return acct.accounting_instance_id(cluster_id)
+
+    def cached(self, cluster_id: str) -> AccountingConfig | None:
+        """The config the last successful ``ensure`` returned in this process (None after a restart)."""
+        return self._configs.get(cluster_id)
+
+    def begin(self, cluster_id: str, cluster_name: str, munge_key: bytes) -> None:
+        """Starts ``ensure`` in a background thread (e.g. while the controller boots); returns at once.
+
+        A later ``ensure`` waits for it and returns its result, or redoes (and reports) what failed."""
+        with self._guard:
+            running = self._threads.get(cluster_id)
+            if cluster_id in self._configs or (running is not None and running.is_alive()):
+                return
+            t = threading.Thread(target=self._ensure_quietly, args=(cluster_id, cluster_name, munge_key),
+                                 name=f"accounting-{cluster_id}", daemon=True)
+            self._threads[cluster_id] = t
+            t.start()
+
+    def ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes) -> AccountingConfig:
+        """Brings the accounting host up (idempotent) and returns where slurmctld finds slurmdbd.
+
+        Raises ``AccountingError`` (a ``SlurmError``) or ``ProviderError``."""
+        with self._lock(cluster_id):
+            cfg = self._configs.get(cluster_id)
+            if cfg is not None and self.alive(cluster_id):
+                return cfg
+            t0 = time.monotonic()
+            cfg = self._ensure(cluster_id, cluster_name, munge_key)
+            self.last_ensure_seconds = time.monotonic() - t0
+            self._configs[cluster_id] = cfg
+            log.info("cluster %s: accounting host %s ready at %s:%d in %.1fs", cluster_name,
+                     self.instance_id(cluster_id), cfg.host_ip, cfg.port, self.last_ensure_seconds)
+            return cfg
+
+    def alive(self, cluster_id: str) -> bool:
+        """The accounting instance runs and so does its slurmdbd."""
+        iid = self.instance_id(cluster_id)
+        try:
+            inst = next((i for i in self.provider.list_instances(cluster_id) if i.instance_id == iid), None)
+            if inst is None or not inst.alive:
+                return False
+            r = self.provider.runner(cluster_id, iid)
+            return control.read_pid(r, acct.SLURMDBD_PID_FILE, "slurmdbd") is not None
+        except ProviderError:
+            return False
+
+    def teardown(self, cluster_id: str) -> None:
+        """Terminates the accounting instance (idempotent). Its volume goes with the cluster's teardown."""
+        with self._lock(cluster_id):
+            self._configs.pop(cluster_id, None)
+            self.provider.terminate(cluster_id, self.instance_id(cluster_id))
+            (self.dir / cluster_id / PASSWORD_FILE).unlink(missing_ok=True)
+
+    def password(self, cluster_id: str) -> str:
+        """The cluster's database password: made once, kept in a 0600 file in the cluster's state dir."""
+        d = self.dir / cluster_id
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = d / PASSWORD_FILE
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(24))
+            os.replace(tmp, path)
+        return path.read_text().strip()
+
+    # ---- steps --------------------------------------------------------------------------------
+
+    def _lock(self, cluster_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(cluster_id, threading.Lock())
+
+    def _ensure_quietly(self, cluster_id: str, cluster_name: str, munge_key: bytes) -> None:
+        try:
+            self.ensure(cluster_id, cluster_name, munge_key)
+        except Exception as exc:  # reported again by the foreground ensure()
+            log.warning("cluster %s: accounting host not ready yet: %s", cluster_name, exc)
+
+    def _request(self, cluster_id: str, cluster_name: str) -> InstanceRequest:
+        return InstanceRequest(
+            cluster_id=cluster_id, instance_id=self.instance_id(cluster_id), group=ACCOUNTING_GROUP,
+            instance_type=self.instance_type, image_id=self.image.image_id, image_root=self.image.root,
+            volumes=(DB_VOLUME,), labels={"slurmpod/cluster": cluster_name, "slurmpod/group": ACCOUNTING_GROUP},
+        )
+
+    def _ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes) -> AccountingConfig:
+        password = self.password(cluster_id)
+        self.provider.prepare_cluster(cluster_id)
+        inst: ProviderInstance = self.provider.launch(self._request(cluster_id, cluster_name))
+        r = self.provider.runner(cluster_id, inst.instance_id)
+        control.start_munge(r, munge_key)
+        self._ensure_mariadb(r, password)
+        self._ensure_slurmdbd(r, password)
+        return AccountingConfig(host_ip=inst.ip, port=SLURMDBD_PORT)
+
+    def _ensure_mariadb(self, r: CommandRunner, password: str) -> None:
+        control.ensure_dir(r, acct.MYSQL_RUN_DIR, 0o755, "mysql")
+        control.ensure_dir(r, acct.MYSQL_LOG_DIR, 0o750, "mysql")
+        control.ensure_dir(r, acct.MYSQL_DATADIR, 0o750, "mysql")  # the volume's mount point
+        if control.read_pid(r, acct.MYSQL_PID_FILE, "mariadbd") is None:
+            if _run(r, ["test", "-e", acct.INIT_MARKER]).returncode != 0:
+                # never initialised, or an init that died half-way: start from an empty datadir
+                _check(r, ["find", acct.MYSQL_DATADIR, "-mindepth", "1", "-delete"], "clearing the datadir")
+                _check(r, acct.install_db_argv(), "mariadb-install-db", timeout=180)
+            _check(r, acct.background_argv(acct.MYSQL_STDOUT_LOG, acct.mariadbd_argv()), "starting mariadbd")
+        self._wait(r, lambda: _run(r, acct.client_argv(), input=b"SELECT 1;\n").returncode == 0,
+                   "mariadbd does not accept connections", acct.MYSQL_ERROR_LOG,
+                   lambda: control.read_pid(r, acct.MYSQL_PID_FILE, "mariadbd") is not None
+                   or _run(r, ["pgrep", "-x", "mariadbd"]).returncode == 0)
+        _check(r, ["touch", acct.INIT_MARKER], "marking the datadir initialised")
+        res = _run(r, acct.client_argv(), input=acct.slurm_user_sql(password))
+        if res.returncode != 0:
+            detail = (res.stderr or res.stdout).replace(password, "***").strip()[-300:]
+            raise AccountingError(f"creating the slurm database user failed (exit {res.returncode}): {detail}")
+
+    def _ensure_slurmdbd(self, r: CommandRunner, password: str) -> None:
+        host = _check(r, ["hostname", "-s"], "hostname").stdout.strip()
+        conf = acct.render_slurmdbd_conf(host, password).encode()
+        running = control.read_pid(r, acct.SLURMDBD_PID_FILE, "slurmdbd") is not None
+        current = _run(r, ["sha256sum", acct.SLURMDBD_CONF])
+        same = current.returncode == 0 and current.stdout.split()[:1] == [hashlib.sha256(conf).hexdigest()]
+        if not same:
+            control.ensure_dir(r, "/etc/slurm")
+            control.ensure_dir(r, "/var/log/slurm", 0o755, "slurm")
+            control.write_file(r, acct.SLURMDBD_CONF, conf, 0o600, "slurm")
+            if running:
+                control.stop_daemon(r, acct.SLURMDBD_PID_FILE, "slurmdbd", timeout=30)
+                running = False
+        if not running and _run(r, ["pgrep", "-x", "slurmdbd"]).returncode != 0:
+            _check(r, ["/usr/sbin/slurmdbd"], "starting slurmdbd", log_file=acct.SLURMDBD_LOG_FILE)
+        self._wait(r, lambda: _run(r, acct.port_probe_argv(SLURMDBD_PORT)).returncode == 0,
+                   f"slurmdbd does not accept connections on port {SLURMDBD_PORT}", acct.SLURMDBD_LOG_FILE,
+                   lambda: _run(r, ["pgrep", "-x", "slurmdbd"]).returncode == 0)
+
+    def _wait(self, r: CommandRunner, ready: Callable[[], bool], what: str, log_file: str,
+              running: Callable[[], bool]) -> None:
+        """Polls ``ready`` until ``ready_timeout``; fails early when the process is gone for 2 s."""
+        deadline = time.monotonic() + self.ready_timeout
+        gone_since: float | None = None
+        while not ready():
+            now = time.monotonic()
+            if now >= deadline:
+                raise AccountingError(f"{what} after {self.ready_timeout:.0f}s", control.log_tail(r, log_file))
+            if running():
+                gone_since = None
+            elif gone_since is None:
+                gone_since = now
+            elif now - gone_since > 2.0:
+                raise AccountingError(f"{what}: the process exited", control.log_tail(r, log_file))
+            time.sleep(POLL)
+
+
+
+def _run(r: CommandRunner, argv: list[str], *, input: bytes | None = None, timeout: float = 30.0) -> CommandResult:
+    return r.run(argv, timeout=timeout, input=input)
+
+
+def _check(r: CommandRunner, argv: list[str], what: str, *, timeout: float = 30.0,
+           log_file: str | None = None) -> CommandResult:
+    res = _run(r, argv, timeout=timeout)
+    if res.returncode != 0:
+        detail = (res.stderr or res.stdout).strip()[-500:]
+        raise AccountingError(f"{what} failed (exit {res.returncode}): {detail}",
+                              control.log_tail(r, log_file) if log_file else "")
+    return res
