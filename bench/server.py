@@ -1,4 +1,4 @@
-"""A ``slurmpod server --provider local`` child process on a free port with its own state dir."""
+"""A ``slurmpod server`` child process (local provider unless told) on a free port with its own state dir."""
 
 from __future__ import annotations
 
@@ -30,9 +30,12 @@ def free_port() -> int:
 class BenchServer:
     """The server under test (default reconcile interval unless given); its log is ``<state_dir>/server.log``."""
 
-    def __init__(self, state_dir: Path, port: int | None = None, reconcile_interval: float | None = None) -> None:
+    def __init__(self, state_dir: Path, port: int | None = None, reconcile_interval: float | None = None,
+                 provider: str = "local", extra: tuple[str, ...] = ()) -> None:
         self.state_dir = state_dir
         self.reconcile_interval = reconcile_interval
+        self.provider = provider
+        self.extra = extra
         self.port = port or free_port()
         self.log = state_dir / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -49,9 +52,10 @@ class BenchServer:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.credential()
         extra = [] if self.reconcile_interval is None else ["--reconcile-interval", str(self.reconcile_interval)]
+        extra += list(self.extra)
         with self.log.open("ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "slurmpod.cli", "server", "--provider", "local", "--port", str(self.port),
+                [sys.executable, "-m", "slurmpod.cli", "server", "--provider", self.provider, "--port", str(self.port),
                  "--state-dir", str(self.state_dir), *extra],
                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -7,12 +7,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def figure(value: float, unit: str = "s", target: float | None = None) -> dict[str, Any]:
-    """A figure; with ``target`` (an upper bound) it carries ``target`` and ``met``."""
+def figure(value: float, unit: str = "s", target: float | None = None, *, at_least: bool = False) -> dict[str, Any]:
+    """A figure; with ``target`` (an upper bound, or a lower bound with ``at_least``, then marked
+    ``"bound": "min"``) it carries ``target`` and ``met``."""
     out: dict[str, Any] = {"value": round(value, 3), "unit": unit}
     if target is not None:
         out["target"] = target
-        out["met"] = value <= target
+        out["met"] = value >= target if at_least else value <= target
+        if at_least:
+            out["bound"] = "min"
     return out
 
 

@@ -11,6 +11,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS=(slurmctld slurmd slurm-client munge iproute2 util-linux procps iputils-ping openssh-client
+      slurmdbd mariadb-server  # accounting: run inside each cluster's accounting host, never on this host
       postgresql python3 python3-venv python3-pip ca-certificates logrotate
       chromium fonts-dejavu-core)  # chromium: the console's browser tests (Playwright drives /usr/bin/chromium)
 missing=()
@@ -23,6 +24,19 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# mariadb-server's postinst may start (and enable) a host MariaDB: slurmpod runs MariaDB only inside cluster
+# nodes, so stop and disable any host instance (harmless when none runs, e.g. under a policy-rc.d)
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+  systemctl disable --now mariadb.service slurmdbd.service >/dev/null 2>&1 || true
+elif command -v update-rc.d >/dev/null 2>&1; then
+  for svc in mariadb slurmdbd; do update-rc.d "$svc" disable >/dev/null 2>&1 || true; done
+fi
+for pidf in /run/mysqld/mysqld.pid /var/run/mysqld/mysqld.pid; do
+  if [ -s "$pidf" ] && [ "$(cat "/proc/$(cat "$pidf")/comm" 2>/dev/null)" = mariadbd ]; then
+    pid=$(cat "$pidf"); kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+done
 
 PY="${PYTHON:-python3}"
 if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then

@@ -176,7 +176,9 @@ class AccountingService:
         control.ensure_dir(r, acct.MYSQL_DATADIR, 0o750, "mysql")  # the volume's mount point
         if control.read_pid(r, acct.MYSQL_PID_FILE, "mariadbd") is None:
             if _run(r, ["test", "-e", acct.INIT_MARKER]).returncode != 0:
-                # never initialised, or an init that died half-way: start from an empty datadir
+                # never initialised, or an init that died half-way: start from an empty datadir (slurmdbd only
+                # ever starts after the marker exists, so no accounting data is lost; stop a stray one anyway)
+                control.stop_daemon(r, acct.SLURMDBD_PID_FILE, "slurmdbd", timeout=30)
                 _check(r, ["find", acct.MYSQL_DATADIR, "-mindepth", "1", "-delete"], "clearing the datadir")
                 _check(r, acct.install_db_argv(), "mariadb-install-db", timeout=180)
             _check(r, acct.background_argv(acct.MYSQL_STDOUT_LOG, acct.mariadbd_argv()), "starting mariadbd")

@@ -657,7 +657,7 @@ class Reconciler:
         cluster = self.store.get_cluster(cluster_id)
         if node is None or cluster is None:
             return
-        self.runtime.remove_node(cluster, node, self.store.list_nodes(cluster_id))
+        self.runtime.remove_node(cluster, node, self.store.node_view(cluster_id))  # read only if looked at
         self.store.delete_node(instance_id)
         log.info("node %s (%s): ShuttingDown -> terminated", instance_id, node.group)
 

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from slurmpod.ids import hostname_for_ip
 from slurmpod.providers.base import (
@@ -69,6 +70,7 @@ class SimulatedProvider:
         self.launch_counts: dict[str, int] = {}
         self._launching: dict[str, str] = {}
         self._next_ip = int(ipaddress.IPv4Address("10.200.0.10"))
+        self._journal_file: IO[str] | None = None
         self._load()
 
     def _load(self) -> None:
@@ -86,10 +88,13 @@ class SimulatedProvider:
                 self.instances.pop(parts[1], None)
 
     def _append(self, line: str) -> None:
-        with self.journal.open("a") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Durable before the caller goes on (called under ``_lock``); the file stays open between calls."""
+        if self._journal_file is None or self._journal_file.closed:
+            self._journal_file = self.journal.open("a")
+        f = self._journal_file
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
     def set_capacity(self, table: Mapping[str, int]) -> None:
         """Replaces the capacity table; takes effect for the next launch."""
