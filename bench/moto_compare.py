@@ -109,7 +109,9 @@ class MotoServer:
                 self.proc.wait(timeout=10)
 
 
-def run(quick: bool = False, workdir: Path | None = None, progress: Progress = print, rounds: int = 3) -> dict[str, Any]:
+def run(
+    quick: bool = False, workdir: Path | None = None, progress: Progress = print, rounds: int = 3
+) -> dict[str, Any]:
     iterations = QUICK_ITERATIONS if quick else ITERATIONS
     rounds = 1 if quick else rounds
     root = Path(tempfile.mkdtemp(prefix="slurmpod-bench-moto-", dir=workdir))
