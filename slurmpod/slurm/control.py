@@ -426,37 +426,27 @@ class SlurmControl:
             return False
         raise SlurmError(f"scontrol delete nodename={node} failed: {msg}")
 
-    def wait_for_nodes(self, names: Iterable[str], timeout: float) -> set[str]:
-        """Polls until every name is joined (registered, responding, usable) or ``timeout`` passes;
-        returns the joined subset."""
+    def _wait_until(self, names: Iterable[str], timeout: float, ok: Callable[[SlurmNode], bool]) -> set[str]:
+        """Polls until ``ok`` holds for every named node or ``timeout`` passes; returns the names it holds for."""
         wanted = set(names)
-        joined: set[str] = set()
+        good: set[str] = set()
 
         def done() -> bool:
-            nonlocal joined
+            nonlocal good
             try:
                 current = self.nodes()
             except SlurmError:
                 return False
-            joined = {n.name for n in current if n.name in wanted and n.is_joined()}
-            return joined == wanted
+            good = {n.name for n in current if n.name in wanted and ok(n)}
+            return good == wanted
 
         _wait(done, timeout, self._sleep, self._clock)
-        return joined
+        return good
+
+    def wait_for_nodes(self, names: Iterable[str], timeout: float) -> set[str]:
+        """Polls until every name is joined (registered, responding, usable); returns the joined subset."""
+        return self._wait_until(names, timeout, SlurmNode.is_joined)
 
     def wait_for_idle(self, names: Iterable[str], timeout: float) -> set[str]:
         """Like ``wait_for_nodes`` but for nodes with no jobs (a drain is complete when they are idle)."""
-        wanted = set(names)
-        idle: set[str] = set()
-
-        def done() -> bool:
-            nonlocal idle
-            try:
-                current = self.nodes()
-            except SlurmError:
-                return False
-            idle = {n.name for n in current if n.name in wanted and not n.has_jobs()}
-            return idle == wanted
-
-        _wait(done, timeout, self._sleep, self._clock)
-        return idle
+        return self._wait_until(names, timeout, lambda n: not n.has_jobs())
