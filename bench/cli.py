@@ -1,4 +1,8 @@
-"""``python -m bench [--runs N] [--quick] [--out PATH]``: run the benchmarks, print a table, write JSON."""
+"""``python -m bench [--scenario N ...] [--runs N] [--quick] [--out PATH]``: run the benchmarks, print the
+figures with their targets, write JSON.
+
+Scenarios: 1 seed topology on local (vs floor), 2 software update (root-volume replacement), 3 50 nodes on
+local (vs floor, memory per node), 4 10,000 simulated nodes, 5 API throughput vs moto."""
 
 from __future__ import annotations
 
@@ -13,11 +17,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import seed_local
+from bench import moto_compare, scale_local, seed_local, sim_scale, sw_update
 from bench.machine import machine_info
 from bench.stats import targets
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
+SCENARIOS = {1: seed_local.NAME, 2: sw_update.NAME, 3: scale_local.NAME, 4: sim_scale.NAME, 5: moto_compare.NAME}
 
 
 def _span(s: dict[str, Any]) -> str:
@@ -53,14 +58,44 @@ def render_table(scenario: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _figures(doc: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """(path, figure) of every figure in ``doc``, except the min/max of summaries."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(doc, dict):
+        if "value" in doc and "unit" in doc:
+            return [(path, doc)]
+        for k, v in doc.items():
+            if k in ("min", "max", "samples"):
+                continue
+            out += _figures(v, f"{path}.{k}" if path else k)
+    return out
+
+
+def render_figures(scenario: dict[str, Any]) -> str:
+    """Every figure of a scenario: value, unit, and target with met/MISSED."""
+    lines = []
+    for path, fig in _figures(scenario):
+        label = path.replace(".median", "")
+        target = ""
+        if "target" in fig:
+            op = ">=" if fig.get("bound") == "min" else "<="
+            target = f"  target {op} {fig['target']:g}: {'met' if fig['met'] else 'MISSED'}"
+        lines.append(f"  {label:<44} {fig['value']:>10.3f} {fig['unit']:<6}{target}")
+    return "\n".join(lines)
+
+
 def _terminate(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")  # unwinds through every cleanup `finally`
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("--runs", type=int, default=5, help="runs of each side (default 5)")
-    p.add_argument("--quick", action="store_true", help="one run of each side (smoke check, < 40 s)")
+    p.add_argument("--scenario", type=int, action="append", choices=sorted(SCENARIOS),
+                   help="run only this scenario (repeatable; default: all)")
+    p.add_argument("--runs", type=int, default=5,
+                   help="runs of each side in scenario 1 (default 5; scenarios 2, 3 use at most 3)")
+    p.add_argument("--quick", action="store_true",
+                   help="every scenario once at small size (smoke check, < 90 s)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results JSON (default {DEFAULT_OUT})")
     p.add_argument("--reconcile-interval", type=float, default=None,
                    help="pass --reconcile-interval to the server (default: the server's default; diagnosis only)")
@@ -84,14 +119,32 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(),
         "scenarios": {},
     }
-    print(f"scenario {seed_local.NAME}: {runs} run(s) of slurmpod and of the floor, interleaved")
-    scenario = seed_local.run(runs, args.workdir, reconcile_interval=args.reconcile_interval)
-    doc["scenarios"][seed_local.NAME] = scenario
+    few = 1 if args.quick else min(runs, 3)
+    for number in args.scenario or sorted(SCENARIOS):
+        name = SCENARIOS[number]
+        print(f"\n=== scenario {number}: {name}")
+        t = time.monotonic()
+        if number == 1:
+            scenario = seed_local.run(runs, args.workdir, reconcile_interval=args.reconcile_interval)
+        elif number == 2:
+            scenario = sw_update.run(few, args.workdir, quick=args.quick)
+        elif number == 3:
+            scenario = scale_local.run(few, args.workdir, quick=args.quick)
+        elif number == 4:
+            scenario = sim_scale.run(args.quick, args.workdir)
+        else:
+            scenario = moto_compare.run(args.quick, args.workdir)
+        scenario["seconds"] = round(time.monotonic() - t, 1)
+        doc["scenarios"][name] = scenario
     doc["total_seconds"] = round(time.monotonic() - started, 1)
     figs = targets(doc)
     doc["all_targets_met"] = all(f["met"] for f in figs)
-    print()
-    print(render_table(scenario))
+    for name, scenario in doc["scenarios"].items():
+        print(f"\n--- {name}")
+        if name == seed_local.NAME:
+            print(render_table(scenario))
+        else:
+            print(render_figures(scenario))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"\nall targets met: {doc['all_targets_met']}; wrote {args.out} ({doc['total_seconds']} s)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,8 +71,10 @@ def _wait_all_idle(ctl: control.SlurmControl, names: list[str], timeout: float =
         time.sleep(control.POLL_INTERVAL)
 
 
-def run_floor(state_dir: Path, compute_count: int = 2) -> FloorRun:
-    """One floor run in ``state_dir`` (created if needed); tears its cluster down before returning."""
+def run_floor(state_dir: Path, compute_count: int = 2, *, on_idle: Callable[[], None] | None = None,
+              probe: bool = True) -> FloorRun:
+    """One floor run in ``state_dir`` (created if needed); tears its cluster down before returning.
+    ``on_idle`` is called once every node is idle (memory is measured there); ``probe`` runs the first job."""
     provider = LocalProvider(state_dir)
     cluster_id = ids.new_cluster_id()
     key = secrets.token_bytes(1024)
@@ -115,6 +118,10 @@ def run_floor(state_dir: Path, compute_count: int = 2) -> FloorRun:
         _wait_all_idle(control.SlurmControl(ctl_runner), names)
         result.all_idle = time.monotonic() - t0
         mark("all_idle")
+        if on_idle is not None:
+            on_idle()
+        if not probe:
+            return result
         probe = ctl_runner.run(list(PROBE_ARGV), timeout=JOB_TIMEOUT)
         done = time.monotonic() - t0
         res: ProbeResult = parse_probe(probe.returncode, probe.stdout, probe.stderr)

@@ -86,7 +86,7 @@ def update_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, 
 
 def describe_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
     rec = svc.resolve(caller, p["ClusterName"])
-    nodes = svc.nodes(rec)
+    nodes = svc.store.node_tally(rec.cluster_id)  # group/status/image per node only: one GROUP BY, not every row
     legacy = rec.spec.topology_source != "api"  # roles derived from provisioning_parameters.json: not shown
     groups = [
         tr.group_details(rec, replace(g, slurm_config=None) if legacy else g, group_status(rec, g, nodes),

@@ -114,9 +114,9 @@ class Reconciler:
                 self.run_once()
             except Exception:  # the one catch-all at the loop top: log and keep reconciling
                 log.exception("reconcile pass failed")
-            # a woken pass first waits as long as the last one took: while 10,000 nodes boot, back-to-back
-            # passes (each reading every node) took half the CPU from the boot workers
-            self._stop.wait(min(self.last_pass_seconds, self.interval))
+            # a woken pass first waits twice as long as the last one took: while 10,000 nodes boot, back-to-back
+            # passes (each reading every node) took half the CPU from the boot workers; now at most a third
+            self._stop.wait(min(2 * self.last_pass_seconds, self.interval))
             self._wake.wait(self.interval)
 
     def run_once(self) -> None:
@@ -598,8 +598,9 @@ class Reconciler:
                 self.runtime.resume(cluster, node, self.store.list_nodes(cluster_id))
                 node = self.store.update_node(replace(node, data={
                     k: v for k, v in node.data.items() if k != "resume_on_join"}))
-            if phase == "daemons" and not p.may_start_daemons(  # only controller rows matter: no full read
-                cluster, node.group, self.store.list_nodes(cluster_id, groups=p.controller_groups(cluster.spec)),
+            if phase == "daemons" and not p.may_start_daemons(  # only a Running controller matters: no full read
+                cluster, node.group, [n for n in [self.store.any_node(
+                    cluster_id, p.controller_groups(cluster.spec), InstanceStatus.RUNNING)] if n is not None],
                 self.runtime.desired_topology(cluster),
             ):
                 return  # waits for the controller / topology; the plan boots it again when they are ready

@@ -88,13 +88,17 @@ class SimulatedProvider:
                 self.instances.pop(parts[1], None)
 
     def _append(self, line: str) -> None:
-        """Durable before the caller goes on (called under ``_lock``); the file stays open between calls."""
+        """Written under ``_lock`` (the caller holds it); the file stays open between calls. Durable only
+        after ``_sync()``, which callers run once they released the lock (concurrent fsyncs share the work)."""
         if self._journal_file is None or self._journal_file.closed:
             self._journal_file = self.journal.open("a")
+        self._journal_file.write(line + "\n")
+        self._journal_file.flush()
+
+    def _sync(self) -> None:
         f = self._journal_file
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+        if f is not None and not f.closed:
+            os.fsync(f.fileno())
 
     def set_capacity(self, table: Mapping[str, int]) -> None:
         """Replaces the capacity table; takes effect for the next launch."""
@@ -133,7 +137,8 @@ class SimulatedProvider:
             self.instances[request.instance_id] = inst
             self.types[request.instance_id] = request.instance_type
             self.launch_counts[request.instance_id] = self.launch_counts.get(request.instance_id, 0) + 1
-            return inst
+        self._sync()  # durable before the instance is handed out, outside the lock
+        return inst
 
     def terminate(self, cluster_id: str, instance_id: str) -> None:
         if self.terminate_delay:
@@ -141,6 +146,7 @@ class SimulatedProvider:
         with self._lock:
             if self.instances.pop(instance_id, None) is not None:
                 self._append(f"terminate {instance_id}")
+        self._sync()
 
     def reboot(self, cluster_id: str, instance_id: str) -> ProviderInstance:
         return self.instances[instance_id]
