@@ -587,9 +587,19 @@ class Reconciler:
                 continue
 
     def _boot(self, cluster_id: str, instance_id: str) -> None:
+        """Runs the node's remaining boot phases, checkpointing each in the store.
+
+        A runtime whose phases are cheap and idempotent (``checkpoint_every_phase = False``: the simulated one)
+        has its phase checkpoints coalesced into the next real write; after a crash such phases simply rerun.
+        """
+        coalesce = not getattr(self.runtime, "checkpoint_every_phase", True)
+        node = self.store.get_node(instance_id)
+        cluster = self.store.get_cluster(cluster_id)
+        dirty = False
         for phase in PHASES:
-            node = self.store.get_node(instance_id)
-            cluster = self.store.get_cluster(cluster_id)
+            if not coalesce:
+                node = self.store.get_node(instance_id)
+                cluster = self.store.get_cluster(cluster_id)
             if node is None or cluster is None or node.status != InstanceStatus.PENDING:
                 return
             if phase in node.phases:
@@ -598,11 +608,13 @@ class Reconciler:
                 self.runtime.resume(cluster, node, self.store.list_nodes(cluster_id))
                 node = self.store.update_node(replace(node, data={
                     k: v for k, v in node.data.items() if k != "resume_on_join"}))
+                dirty = False
             if phase == "daemons" and not p.may_start_daemons(  # only a Running controller matters: no full read
                 cluster, node.group, [n for n in [self.store.any_node(
                     cluster_id, p.controller_groups(cluster.spec), InstanceStatus.RUNNING)] if n is not None],
                 self.runtime.desired_topology(cluster),
             ):
+                self._flush(node, dirty)
                 return  # waits for the controller / topology; the plan boots it again when they are ready
             try:
                 result: dict[str, Any] = dict(  # node_view: read only if the runtime looks at the nodes
@@ -622,18 +634,34 @@ class Reconciler:
                 evs.append(self._event(cluster, ev.instance_event(
                     f"Instance lifecycle script execution for EC2 Instance {instance_id} has Completed "
                     f"({script} from {node.lifecycle_digest})", node.group, instance_id)))
-            node = self.store.update_node(replace(node, phases=(*node.phases, phase), **result), evs)
+            node = replace(node, phases=(*node.phases, phase), **result)
+            if coalesce and not evs and not topology and not result:
+                dirty = True
+            else:
+                node = self.store.update_node(node, evs)
+                dirty = False
             if topology:
                 self._update_cluster_with(cluster_id, functools.partial(_with_topology, topology=str(topology)))
-        node = self.store.get_node(instance_id)
-        cluster = self.store.get_cluster(cluster_id)
+        if not coalesce:
+            node = self.store.get_node(instance_id)
+            cluster = self.store.get_cluster(cluster_id)
         if node is None or cluster is None or node.status != InstanceStatus.PENDING:
             return
-        self.store.update_node(
-            replace(node, status=InstanceStatus.RUNNING, message=None),
-            [self._event(cluster, ev.instance_provisioned(cluster.name, node.group, node.instance_id))],
-        )
+        try:
+            self.store.update_node(
+                replace(node, status=InstanceStatus.RUNNING, message=None),
+                [self._event(cluster, ev.instance_provisioned(cluster.name, node.group, node.instance_id))],
+            )
+        except VersionConflict:
+            return  # changed meanwhile (e.g. being deleted): the next pass plans from the stored record
         log.info("node %s (%s %s): Pending -> Running", instance_id, node.group, node.hostname)
+
+    def _flush(self, node: NodeRecord, dirty: bool) -> None:
+        if dirty:
+            try:
+                self.store.update_node(node)
+            except VersionConflict:
+                pass
 
     def _boot_failed(self, cluster: ClusterRecord, node: NodeRecord, exc: NodeBootError) -> None:
         metrics.record_launch_failure(exc)

@@ -17,6 +17,7 @@ SIMULATED_IMAGE_ROOT = "/nonexistent-simulated-image"
 
 class SimulatedRuntime:
     name = "simulated"
+    checkpoint_every_phase = False  # phases after the launch do nothing: coalesce their checkpoints
 
     def __init__(self, provider: SimulatedProvider, image_id: str) -> None:
         self.provider = provider
