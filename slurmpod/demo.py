@@ -164,17 +164,21 @@ def run_demo(state: Path, port: int) -> int:
     nodes = client.list_cluster_nodes(ClusterName=CLUSTER)["ClusterNodeSummaries"]
     ctl = next(n for n in nodes if n["InstanceGroupName"] == "controller-group")
     cred = _credential(state)
+    from slurmpod.settings import default_state_dir
+
+    where = "" if state == default_state_dir() else f" --state-dir {state}"
+    down = f"slurmpod demo --down{where}" + ("" if port == 8080 else f" --port {port}")
     console.rule("Next")
     console.print(
         "Connect (HyperPod's SSM target syntax):\n"
-        f"  slurmpod connect sagemaker-cluster:{cluster_id}_controller-group-{ctl['InstanceId']}\n"
-        f"  slurmpod connect --cluster {CLUSTER} -- sinfo\n"
+        f"  slurmpod connect sagemaker-cluster:{cluster_id}_controller-group-{ctl['InstanceId']}{where}\n"
+        f"  slurmpod connect --cluster {CLUSTER}{where} -- sinfo\n"
         "Use the API (AWS CLI or boto3) with the demo's access key (`slurmpod credentials create` makes more):\n"
         f"  export AWS_ACCESS_KEY_ID={cred.access_key_id} AWS_SECRET_ACCESS_KEY={cred.secret_access_key} "
         f"AWS_DEFAULT_REGION={REGION}\n"
         f"  aws sagemaker describe-cluster --cluster-name {CLUSTER} --endpoint-url http://127.0.0.1:{port}\n"
         "Tear down (deletes the cluster, stops the server):\n"
-        "  slurmpod demo --down",
+        f"  {down}",
         soft_wrap=True,  # keep the export line copy-pastable
     )
     return 0
