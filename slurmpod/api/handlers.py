@@ -9,7 +9,7 @@ from typing import Any
 from slurmpod.api import translate as tr
 from slurmpod.api.events import describe_cluster_event, list_cluster_events
 from slurmpod.api.pagination import decode_token, encode_token, paginate
-from slurmpod.domain.model import BatchPolicy, ClusterRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.status import ImageVersionStatus
 from slurmpod.domain.views import current_count, group_status
 from slurmpod.errors import ValidationException
@@ -247,23 +247,9 @@ def batch_delete_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -
     return out
 
 
-def _batch(value: Mapping[str, Any] | None) -> BatchPolicy | None:
-    if not value:
-        return None
-    return BatchPolicy(str(value["Type"]), int(value["Value"]))
-
-
 def update_cluster_software(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
-    dc = p.get("DeploymentConfig") or {}
-    policy = dc.get("RollingUpdatePolicy") or {}
     groups = [g["InstanceGroupName"] for g in p.get("InstanceGroups") or ()] or None
-    rec = svc.update_software(
-        caller, p["ClusterName"], groups, p.get("ImageId"),
-        _batch(policy.get("MaximumBatchSize")) or BatchPolicy("INSTANCE_COUNT", 1),
-        _batch(policy.get("RollbackMaximumBatchSize")),
-        int(dc.get("WaitIntervalInSeconds") or 0),
-        dc,
-    )
+    rec = svc.update_software(caller, p["ClusterName"], groups, p.get("ImageId"), p.get("DeploymentConfig") or {})
     return {"ClusterArn": rec.arn}
 
 

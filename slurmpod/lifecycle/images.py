@@ -108,8 +108,3 @@ class ImageCatalog:
         marked = Image(**{**asdict(found), "status": status})
         self._save([marked if i.image_id == image_id else i for i in images])
         return marked
-
-
-def resolve_image(image_id: str | None) -> Image:
-    """The built-in release (kept for callers without a store)."""
-    return BUILTIN

@@ -67,7 +67,6 @@ class Reconciler:
         self.drain_timeout = drain_timeout
         # image id (None = latest) -> (image id, release); defaults to the fixed ``image``
         self.image_lookup = image_lookup or (lambda _i: image)
-        self.image_id, self.image_release = image
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="slurmpod-work")
         self._busy: dict[str, set[str]] = {}
         self._lock = threading.Lock()

@@ -17,7 +17,7 @@ from slurmpod.domain.legacy import (
     apply_provisioning_parameters,
     is_api_driven,
 )
-from slurmpod.domain.model import BatchPolicy, ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
 from slurmpod.domain.software import new_software_update, refresh_schedules, schedule_findings
 from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, SlurmConfig
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
@@ -283,15 +283,15 @@ class ClusterService:
         name_or_arn: str,
         groups: Sequence[str] | None,
         image_id: str | None,
-        batch: BatchPolicy,
-        rollback_batch: BatchPolicy | None,
-        wait_seconds: int,
         config: Mapping[str, Any],
     ) -> ClusterRecord:
-        """UpdateClusterSoftware: records a rolling root-volume replacement; the reconciler carries it out."""
+        """UpdateClusterSoftware: records a rolling root-volume replacement; the reconciler carries it out.
+
+        ``config`` is the request's DeploymentConfig (kept as given for ActiveSoftwareUpdateConfig)."""
         findings: list[str] = []
-        for b in (batch, rollback_batch):
-            if b is not None and b.kind == "CAPACITY_PERCENTAGE" and not 1 <= b.value <= 100:
+        draft = new_software_update("-", "-", (), config, 0.0)
+        for b in (draft.batch, draft.rollback_batch):
+            if b.kind == "CAPACITY_PERCENTAGE" and not 1 <= b.value <= 100:
                 findings.append(f"CAPACITY_PERCENTAGE must be between 1 and 100, got {b.value}.")
         if groups is not None and len(set(groups)) != len(groups):
             findings.append("InstanceGroups contains duplicate instance group names.")
