@@ -50,9 +50,19 @@ _SIZE_VCPUS: dict[str, int] = {
 _FAMILY_GIB_PER_VCPU: dict[str, int] = {
     "c5": 2,
     "c6i": 2,
+    "c6a": 2,
+    "c8a": 2,
+    "c6g": 2,  # Graviton: no SMT, "medium" is 1 vCPU (explicit below)
+    "c7g": 2,
+    "c8g": 2,
     "m5": 4,
     "m6i": 4,
     "m7i": 4,
+    "m6a": 4,
+    "m8a": 4,
+    "m6g": 4,
+    "m7g": 4,
+    "m8g": 4,
     "t3": 4,
     "r5d": 8,
     "r6i": 8,
@@ -64,6 +74,13 @@ _FAMILY_GIB_PER_VCPU: dict[str, int] = {
 # name (without "ml.") -> (vCPUs, memory GiB, accelerators, accelerator type)
 _EXPLICIT: dict[str, tuple[float, float, int, str | None]] = {
     "t3.medium": (2, 4, 0, None),
+    # Graviton medium sizes: 1 vCPU
+    "c6g.medium": (1, 2, 0, None),
+    "c7g.medium": (1, 2, 0, None),
+    "c8g.medium": (1, 2, 0, None),
+    "m6g.medium": (1, 4, 0, None),
+    "m7g.medium": (1, 4, 0, None),
+    "m8g.medium": (1, 4, 0, None),
     # c5n: network-optimised, a little more memory than c5
     "c5n.large": (2, 5.25, 0, None),
     "c5n.xlarge": (4, 10.5, 0, None),
@@ -95,6 +112,13 @@ _EXPLICIT: dict[str, tuple[float, float, int, str | None]] = {
     "g5.16xlarge": (64, 256, 1, "a10g"),
     "g5.24xlarge": (96, 384, 4, "a10g"),
     "g5.48xlarge": (192, 768, 8, "a10g"),
+    # g4dn: NVIDIA T4
+    "g4dn.xlarge": (4, 16, 1, "t4"),
+    "g4dn.2xlarge": (8, 32, 1, "t4"),
+    "g4dn.4xlarge": (16, 64, 1, "t4"),
+    "g4dn.8xlarge": (32, 128, 1, "t4"),
+    "g4dn.12xlarge": (48, 192, 4, "t4"),
+    "g4dn.16xlarge": (64, 256, 1, "t4"),
     # g6 / gr6: NVIDIA L4
     "g6.xlarge": (4, 16, 1, "l4"),
     "g6.2xlarge": (8, 32, 1, "l4"),
@@ -122,6 +146,13 @@ _EXPLICIT: dict[str, tuple[float, float, int, str | None]] = {
     "g7e.12xlarge": (48, 512, 2, "rtx-pro-6000"),
     "g7e.24xlarge": (96, 1024, 4, "rtx-pro-6000"),
     "g7e.48xlarge": (192, 2048, 8, "rtx-pro-6000"),
+    # g7 (botocore 1.44): no public sizing yet; assumed to match g7e
+    "g7.2xlarge": (8, 64, 1, "rtx-pro-6000"),
+    "g7.4xlarge": (16, 128, 1, "rtx-pro-6000"),
+    "g7.8xlarge": (32, 256, 1, "rtx-pro-6000"),
+    "g7.12xlarge": (48, 512, 2, "rtx-pro-6000"),
+    "g7.24xlarge": (96, 1024, 4, "rtx-pro-6000"),
+    "g7.48xlarge": (192, 2048, 8, "rtx-pro-6000"),
 }
 
 _NXLARGE = re.compile(r"^(\d+)xlarge$")

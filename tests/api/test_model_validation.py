@@ -31,8 +31,8 @@ ROLE = "arn:aws:iam::123456789012:role/hyperpod-api-driven-exec-role"
 BUCKET = "s3://sagemaker-hyperpod-api-driven-lcc-b466065b/base-config/"
 NAME_PATTERN = "[a-zA-Z0-9](-*[a-zA-Z0-9])*"
 NAME_OR_ARN_PATTERN = (
-    "(arn:aws[a-z\\-]*:sagemaker:[a-z0-9\\-]*:[0-9]{12}:cluster/[a-z0-9]{12})"
-    "|([a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})"
+    "((arn:aws[a-z\\-]*:sagemaker:[a-z0-9\\-]*:[0-9]{12}:cluster/[a-z0-9]{12})"
+    "|([a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}))"
 )
 NODE_ID_PATTERN = "i-[a-f0-9]{8}(?:[a-f0-9]{9})?"
 PREFIX = "failed to satisfy constraint: Member must"
@@ -319,7 +319,7 @@ INVALID: list[tuple[str, object, list[str]]] = [
             _v(
                 "'ami-1'",
                 f"{IG}.imageId",
-                "satisfy regular expression pattern: ami-[0-9a-fA-F]{8,17}|default",
+                "satisfy regular expression pattern: (ami-[0-9a-fA-F]{8,17}|default)",
             ),
         ],
     ),

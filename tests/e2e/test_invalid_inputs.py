@@ -27,8 +27,8 @@ SM = "SageMaker."
 PREFIX = "failed to satisfy constraint: Member must"
 NAME_PATTERN = "[a-zA-Z0-9](-*[a-zA-Z0-9])*"
 NAME_OR_ARN = (
-    "(arn:aws[a-z\\-]*:sagemaker:[a-z0-9\\-]*:[0-9]{12}:cluster/[a-z0-9]{12})"
-    "|([a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})"
+    "((arn:aws[a-z\\-]*:sagemaker:[a-z0-9\\-]*:[0-9]{12}:cluster/[a-z0-9]{12})"
+    "|([a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}))"
 )
 NODE_ID_PATTERN = "i-[a-f0-9]{8}(?:[a-f0-9]{9})?"
 ROLE_PATTERN = "arn:aws[a-z\\-]*:iam::\\d{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+"
