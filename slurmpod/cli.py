@@ -132,6 +132,30 @@ def cmd_credentials(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_secrets(args: argparse.Namespace) -> int:
+    import json
+
+    from slurmpod.secretstore import SecretError, SecretStore
+
+    store = SecretStore(Path(args.state_dir))
+    try:
+        if args.secrets_command == "create":
+            try:
+                value = sys.stdin.read() if args.from_file == "-" else Path(args.from_file).read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                return _die(f"cannot read {args.from_file}: {exc}")
+            secret = store.create(args.name, value.strip(), args.account, args.region)
+            print(json.dumps({"ARN": secret.arn, "Name": secret.name}, indent=4))
+        elif args.secrets_command == "delete":
+            gone = store.delete(args.name, args.account)
+            print(f"deleted {gone.arn}")
+        else:
+            print(json.dumps([s.summary() for s in store.list(args.account)], indent=4))
+    except SecretError as exc:
+        return _die(str(exc))
+    return 0
+
+
 def cmd_cleanup(args: argparse.Namespace) -> int:
     from slurmpod.providers.local.cleanup import cleanup, find_leftovers
 
@@ -292,8 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--simulated-seed", type=int, default=0)
     s.add_argument("--simulated-fail-rate", type=float, default=0.0)
     s.add_argument("--local-cidr", default="10.231.0.0/16", help="address pool for local instances")
-    s.add_argument("--accounting", choices=["local", "none"], default="none",
-                   help="local: slurmdbd + MariaDB on a per-cluster service host (sacct works); none: no accounting")
+    s.add_argument("--accounting", choices=["local", "none"], default="local",
+                   help="clusters without Orchestrator.Slurm.AccountingDatabase get: local (default) slurmdbd + "
+                        "MariaDB on a per-cluster service host (sacct works); none: no accounting")
     s.add_argument("--reconcile-interval", type=float, default=2.0)
     s.add_argument("--capacity", default="", help="initial capacity table TYPE=COUNT[,...] (see `capacity set`)")
     s.add_argument("--min-count-timeout", type=float, default=3 * 3600.0,
@@ -330,6 +355,24 @@ def build_parser() -> argparse.ArgumentParser:
     crd = crsub.add_parser("delete", parents=[where], help="revoke an access key (takes effect on the next request)")
     crd.add_argument("access_key_id")
     cr.set_defaults(func=cmd_credentials)
+
+    se = sub.add_parser("secrets", help="secrets (Secrets Manager equivalent), e.g. AccountingDatabase.SecretArn")
+    swhere = argparse.ArgumentParser(add_help=False)
+    swhere.add_argument("--state-dir", default=str(default_state_dir()),
+                        help="secrets live in <state-dir>/secrets/<account>/ (0600 files)")
+    swhere.add_argument("--account", default=os.environ.get("SLURMPOD_ACCOUNT_ID", "123456789012"),
+                        help="12-digit account id that owns the secret (default 123456789012)")
+    sesub = se.add_subparsers(dest="secrets_command", required=True)
+    sec = sesub.add_parser("create", parents=[swhere], help="store a secret; prints its ARN (never the value)")
+    sec.add_argument("name")
+    sec.add_argument("--from-file", required=True, metavar="FILE",
+                     help='the value ("-" = stdin); for a database: {"username": "...", "password": "..."}')
+    sec.add_argument("--region", default=os.environ.get("SLURMPOD_REGION", "us-east-1"),
+                     help="region written into the ARN (default us-east-1; use the server's --region)")
+    sesub.add_parser("list", parents=[swhere], help="ARNs and names (no values)")
+    sed = sesub.add_parser("delete", parents=[swhere], help="delete a secret (name or ARN)")
+    sed.add_argument("name")
+    se.set_defaults(func=cmd_secrets)
 
     c = sub.add_parser("cleanup", help="remove what a crashed server or test left behind")
     c.add_argument("--state-dir", default=str(default_state_dir()))

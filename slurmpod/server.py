@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +19,10 @@ from slurmpod.credentials import CredentialStore
 from slurmpod.lifecycle.images import BUILTIN, Image, ImageCatalog
 from slurmpod.reconciler.loop import CAPACITY_KEY, Reconciler
 from slurmpod.reconciler.runtime import ClusterRuntime
+from slurmpod.secretstore import SecretError, SecretStore
 from slurmpod.service.clusters import ClusterService, SnapshotInfo, Snapshotter
 from slurmpod.settings import Settings
+from slurmpod.slurm.accounting import password_problem, username_problem
 from slurmpod.store.sql import SqlStore
 
 log = logging.getLogger("slurmpod.server")
@@ -56,6 +59,24 @@ def confine_file_sources(snapshotter: Snapshotter, state_dir: Path) -> Snapshott
         return snapshotter(uri, entry_point)
 
     return guarded
+
+
+def database_secret_check(secrets: SecretStore) -> Callable[[str, str], str | None]:
+    """The service's check of ``AccountingDatabase.SecretArn``: the secret exists in the caller's account and
+    holds a username and a password slurmdbd.conf can carry. Findings never contain the secret's value."""
+
+    def check(arn: str, account_id: str) -> str | None:
+        problem = secrets.database_secret_problem(arn, account_id)
+        if problem:
+            return problem
+        try:
+            creds = secrets.database_credentials(arn)
+        except SecretError as exc:
+            return str(exc)
+        issue = username_problem(creds.username) or password_problem(creds.password)
+        return f"Secret {arn}: {issue}." if issue else None
+
+    return check
 
 
 def build_runtime(settings: Settings) -> tuple[ClusterRuntime, Snapshotter | None]:
@@ -103,6 +124,7 @@ def build_server(settings: Settings) -> Server:
     service = ClusterService(
         store, clock, provider_name=settings.provider, strict=settings.compat == "strict",
         wake=reconciler.wake, snapshotter=snapshotter, images=catalog,
+        secret_check=database_secret_check(SecretStore(Path(settings.state_dir))),
     )
 
     def ready() -> bool:

@@ -30,7 +30,7 @@ class Settings:
     simulated_fail_rate: float = 0.0
     # local provider
     local_cidr: str = "10.231.0.0/16"
-    accounting: str = "none"  # local (slurmdbd + MariaDB per cluster, on its own service host) | none
+    accounting: str = "local"  # local (slurmdbd + MariaDB per cluster, on its own service host) | none
     # reconciler
     reconcile_interval: float = 2.0
     max_parallel_launches: int = 8

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmpod.domain.model import ClusterRecord, NodeRecord
-from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, LifeCycleConfig, SlurmConfig
+from slurmpod.domain.spec import (
+    AccountingDatabaseSpec,
+    ClusterSpec,
+    InstanceGroupSpec,
+    LifeCycleConfig,
+    SlurmConfig,
+)
 from slurmpod.domain.status import (
     ClusterStatus,
     ImageVersionStatus,
@@ -69,6 +75,16 @@ def _strategy(params: Mapping[str, Any]) -> tuple[SlurmConfigStrategy | None, bo
     return None, True
 
 
+def _accounting_database(params: Mapping[str, Any]) -> AccountingDatabaseSpec | None:
+    orch = params.get("Orchestrator")
+    slurm = orch.get("Slurm") if isinstance(orch, Mapping) else None
+    adb = slurm.get("AccountingDatabase") if isinstance(slurm, Mapping) else None
+    if not isinstance(adb, Mapping):
+        return None
+    return AccountingDatabaseSpec(endpoint=adb["Endpoint"], secret_arn=adb["SecretArn"], port=adb.get("Port"),
+                                  name=adb.get("Name"))
+
+
 def spec_from_create(params: Mapping[str, Any]) -> ClusterSpec:
     strategy, has_orch = _strategy(params)
     return ClusterSpec(
@@ -78,6 +94,7 @@ def spec_from_create(params: Mapping[str, Any]) -> ClusterSpec:
         node_recovery=params.get("NodeRecovery"),
         slurm_config_strategy=strategy,
         has_orchestrator=has_orch,
+        accounting_database=_accounting_database(params),
         extras={k: params[k] for k in _CLUSTER_ECHO if k in params},
     )
 
@@ -96,6 +113,8 @@ def spec_from_update(params: Mapping[str, Any], current: ClusterSpec) -> tuple[C
         node_recovery=params.get("NodeRecovery", current.node_recovery),
         slurm_config_strategy=strategy,
         has_orchestrator=has_orch or current.has_orchestrator,
+        # omitted: unchanged (merge_update keeps it; an attached database can never be detached, AWS's rule)
+        accounting_database=_accounting_database(params),
         extras=extras,
     )
     return spec, has_orch
@@ -169,13 +188,19 @@ def describe_cluster(cluster: ClusterRecord, groups: list[dict[str, Any]]) -> di
         "NodeProvisioningMode": spec.node_provisioning_mode,
     }
     api_driven = spec.topology_source == "api" and any(g.slurm_config for g in spec.instance_groups)
-    if spec.has_orchestrator or spec.slurm_config_strategy or api_driven:
+    if spec.has_orchestrator or spec.slurm_config_strategy or api_driven or spec.accounting_database:
         slurm: dict[str, Any] = {}
         strategy = spec.slurm_config_strategy
         if strategy is None and not spec.continuous and api_driven:
             strategy = SlurmConfigStrategy.MANAGED
         if strategy is not None:
             slurm["SlurmConfigStrategy"] = strategy.value
+        adb = spec.accounting_database
+        if adb is not None:
+            slurm["AccountingDatabase"] = {
+                "Endpoint": adb.endpoint, "Port": adb.effective_port,
+                "Name": adb.effective_name(cluster.cluster_id), "SecretArn": adb.secret_arn,
+            }
         out["Orchestrator"] = {"Slurm": slurm}
     out.update({k: v for k, v in spec.extras.items() if k in _CLUSTER_ECHO and k != "Tags"})
     return out

@@ -28,6 +28,28 @@ class LifeCycleConfig:
         return self.on_create or self.on_init_complete
 
 
+DEFAULT_ACCOUNTING_DB_PORT = 3306
+
+
+@dataclass(frozen=True)
+class AccountingDatabaseSpec:
+    """An existing MariaDB/MySQL that the cluster's slurmdbd uses (``Orchestrator.Slurm.AccountingDatabase``).
+
+    ``port``/``name`` are None when the request omitted them; ``effective_*`` give HyperPod's defaults."""
+
+    endpoint: str
+    secret_arn: str
+    port: int | None = None
+    name: str | None = None
+
+    @property
+    def effective_port(self) -> int:
+        return self.port or DEFAULT_ACCOUNTING_DB_PORT
+
+    def effective_name(self, cluster_id: str) -> str:
+        return self.name or f"slurm_acct_db_{cluster_id}"
+
+
 @dataclass(frozen=True)
 class SlurmConfig:
     node_type: NodeType | None
@@ -66,6 +88,7 @@ class ClusterSpec:
     node_recovery: str | None = None
     slurm_config_strategy: SlurmConfigStrategy | None = None
     has_orchestrator: bool = False
+    accounting_database: AccountingDatabaseSpec | None = None
     extras: Mapping[str, Any] = field(default_factory=dict, hash=False)
     # "api" (SlurmConfig in the request) or "provisioning_parameters" (legacy: roles derived from the file)
     topology_source: str = "api"
@@ -122,6 +145,10 @@ def to_dict(spec: ClusterSpec) -> dict[str, Any]:
         "node_recovery": spec.node_recovery,
         "slurm_config_strategy": spec.slurm_config_strategy.value if spec.slurm_config_strategy else None,
         "has_orchestrator": spec.has_orchestrator,
+        "accounting_database": None if spec.accounting_database is None else {
+            "endpoint": spec.accounting_database.endpoint, "secret_arn": spec.accounting_database.secret_arn,
+            "port": spec.accounting_database.port, "name": spec.accounting_database.name,
+        },
         "extras": dict(spec.extras),
         "topology_source": spec.topology_source,
     }
@@ -151,6 +178,7 @@ def group_from_dict(d: Mapping[str, Any]) -> InstanceGroupSpec:
 
 def spec_from_dict(d: Mapping[str, Any]) -> ClusterSpec:
     strategy = d.get("slurm_config_strategy")
+    adb = d.get("accounting_database")
     return ClusterSpec(
         name=d["name"],
         instance_groups=tuple(group_from_dict(g) for g in d.get("instance_groups") or ()),
@@ -158,6 +186,8 @@ def spec_from_dict(d: Mapping[str, Any]) -> ClusterSpec:
         node_recovery=d.get("node_recovery"),
         slurm_config_strategy=SlurmConfigStrategy(strategy) if strategy else None,
         has_orchestrator=bool(d.get("has_orchestrator")),
+        accounting_database=None if not adb else AccountingDatabaseSpec(
+            endpoint=adb["endpoint"], secret_arn=adb["secret_arn"], port=adb.get("port"), name=adb.get("name")),
         extras=dict(d.get("extras") or {}),
         topology_source=d.get("topology_source") or "api",
     )

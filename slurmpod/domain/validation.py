@@ -172,6 +172,8 @@ def merge_update(
         node_recovery=requested.node_recovery or current.node_recovery,
         slurm_config_strategy=strategy,
         has_orchestrator=current.has_orchestrator or orchestrator_given,
+        # an attached external accounting database is never detached; a new one replaces it
+        accounting_database=requested.accounting_database or current.accounting_database,
         extras={**current.extras, **requested.extras},
     )
 
@@ -297,6 +299,10 @@ def _check_continuous(
     spec: ClusterSpec, explicit_strategy: SlurmConfigStrategy | None, findings: list[str]
 ) -> None:
     """NodeProvisioningMode=Continuous rules and MinInstanceCount."""
+    if spec.accounting_database is not None and not spec.continuous:
+        findings.append(
+            "AccountingDatabase is only supported for clusters using Continuous as the NodeProvisioningMode."
+        )
     if spec.continuous:
         if explicit_strategy is not None:
             findings.append(

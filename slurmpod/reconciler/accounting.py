@@ -13,6 +13,10 @@ server re-adopts the same host; every step checks before it acts (crash-safe):
 
 The database password is generated once and kept in ``<state>/clusters/<id>/accounting-db.pass`` (0600).
 It never appears on a command line or in a log line or error message.
+
+With an external database (``Orchestrator.Slurm.AccountingDatabase``) the host runs slurmdbd only, pointed at
+that database (``ExternalDatabase``: endpoint, port, schema, user and password from the secret store); a
+MariaDB this host ran before (the cluster attached the database later) is stopped, its volume kept.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from slurmpod.lifecycle.images import BUILTIN, Image
@@ -50,6 +55,27 @@ READY_TIMEOUT = 90.0
 POLL = 0.1
 
 
+@dataclass(frozen=True)
+class ExternalDatabase:
+    """An existing MariaDB/MySQL for slurmdbd (resolved from AccountingDatabase + its secret)."""
+
+    host: str
+    port: int
+    name: str
+    user: str
+    password: str
+
+    def __repr__(self) -> str:  # the password never reaches a log line or traceback
+        return f"ExternalDatabase({self.user}@{self.host}:{self.port}/{self.name})"
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(repr((self.host, self.port, self.name, self.user, self.password)).encode()).hexdigest()
+
+
+def _fingerprint(external: ExternalDatabase | None) -> str:
+    return external.fingerprint() if external is not None else "internal"
+
+
 class AccountingError(control.SlurmError):
     """The accounting host could not be brought up (message and log tail hold no secret)."""
 
@@ -66,6 +92,7 @@ class AccountingService:
         self.ready_timeout = ready_timeout
         self.last_ensure_seconds = 0.0  # duration of the most recent ensure() (diagnostics, benchmarks)
         self._configs: dict[str, AccountingConfig] = {}
+        self._modes: dict[str, str] = {}  # cluster id -> fingerprint of the database its slurmdbd uses
         self._locks: dict[str, threading.Lock] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._guard = threading.Lock()
@@ -76,11 +103,15 @@ class AccountingService:
     def instance_id(cluster_id: str) -> str:
         return acct.accounting_instance_id(cluster_id)
 
-    def cached(self, cluster_id: str) -> AccountingConfig | None:
-        """The config the last successful ``ensure`` returned in this process (None after a restart)."""
+    def cached(self, cluster_id: str, external: ExternalDatabase | None = None) -> AccountingConfig | None:
+        """The config the last successful ``ensure`` for this database returned in this process (None after a
+        restart or when the cluster's database changed since)."""
+        if self._modes.get(cluster_id) != _fingerprint(external):
+            return None
         return self._configs.get(cluster_id)
 
-    def begin(self, cluster_id: str, cluster_name: str, munge_key: bytes) -> None:
+    def begin(self, cluster_id: str, cluster_name: str, munge_key: bytes,
+              external: ExternalDatabase | None = None) -> None:
         """Starts ``ensure`` in a background thread (e.g. while the controller boots); returns at once.
 
         A later ``ensure`` waits for it and returns its result, or redoes (and reports) what failed."""
@@ -88,23 +119,27 @@ class AccountingService:
             running = self._threads.get(cluster_id)
             if cluster_id in self._configs or (running is not None and running.is_alive()):
                 return
-            t = threading.Thread(target=self._ensure_quietly, args=(cluster_id, cluster_name, munge_key),
+            t = threading.Thread(target=self._ensure_quietly, args=(cluster_id, cluster_name, munge_key, external),
                                  name=f"accounting-{cluster_id}", daemon=True)
             self._threads[cluster_id] = t
             t.start()
 
-    def ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes) -> AccountingConfig:
+    def ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes,
+               external: ExternalDatabase | None = None) -> AccountingConfig:
         """Brings the accounting host up (idempotent) and returns where slurmctld finds slurmdbd.
 
+        ``external``: slurmdbd stores into that database instead of the host's own MariaDB.
         Raises ``AccountingError`` (a ``SlurmError``) or ``ProviderError``."""
         with self._lock(cluster_id):
             cfg = self._configs.get(cluster_id)
-            if cfg is not None and self.alive(cluster_id):
+            mode = _fingerprint(external)
+            if cfg is not None and self._modes.get(cluster_id) == mode and self.alive(cluster_id):
                 return cfg
             t0 = time.monotonic()
-            cfg = self._ensure(cluster_id, cluster_name, munge_key)
+            cfg = self._ensure(cluster_id, cluster_name, munge_key, external)
             self.last_ensure_seconds = time.monotonic() - t0
             self._configs[cluster_id] = cfg
+            self._modes[cluster_id] = mode
             log.info("cluster %s: accounting host %s ready at %s:%d in %.1fs", cluster_name,
                      self.instance_id(cluster_id), cfg.host_ip, cfg.port, self.last_ensure_seconds)
             return cfg
@@ -125,6 +160,7 @@ class AccountingService:
         """Terminates the accounting instance (idempotent). Its volume goes with the cluster's teardown."""
         with self._lock(cluster_id):
             self._configs.pop(cluster_id, None)
+            self._modes.pop(cluster_id, None)
             self.provider.terminate(cluster_id, self.instance_id(cluster_id))
             (self.dir / cluster_id / PASSWORD_FILE).unlink(missing_ok=True)
 
@@ -147,9 +183,10 @@ class AccountingService:
         with self._guard:
             return self._locks.setdefault(cluster_id, threading.Lock())
 
-    def _ensure_quietly(self, cluster_id: str, cluster_name: str, munge_key: bytes) -> None:
+    def _ensure_quietly(self, cluster_id: str, cluster_name: str, munge_key: bytes,
+                        external: ExternalDatabase | None) -> None:
         try:
-            self.ensure(cluster_id, cluster_name, munge_key)
+            self.ensure(cluster_id, cluster_name, munge_key, external)
         except Exception as exc:  # reported again by the foreground ensure()
             log.warning("cluster %s: accounting host not ready yet: %s", cluster_name, exc)
 
@@ -160,14 +197,24 @@ class AccountingService:
             volumes=(DB_VOLUME,), labels={"slurmpod/cluster": cluster_name, "slurmpod/group": ACCOUNTING_GROUP},
         )
 
-    def _ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes) -> AccountingConfig:
-        password = self.password(cluster_id)
+    def _ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes,
+                external: ExternalDatabase | None) -> AccountingConfig:
         self.provider.prepare_cluster(cluster_id)
         inst: ProviderInstance = self.provider.launch(self._request(cluster_id, cluster_name))
         r = self.provider.runner(cluster_id, inst.instance_id)
         control.start_munge(r, munge_key)
-        self._ensure_mariadb(r, password)
-        self._ensure_slurmdbd(r, password)
+        host = _check(r, ["hostname", "-s"], "hostname").stdout.strip()
+        if external is None:
+            password = self.password(cluster_id)
+            self._ensure_mariadb(r, password)
+            conf = acct.render_slurmdbd_conf(host, password)
+        else:
+            # the host's own MariaDB (if it ran before the database was attached) is no longer used
+            control.stop_daemon(r, acct.MYSQL_PID_FILE, "mariadbd", timeout=60)
+            conf = acct.render_slurmdbd_conf(host, external.password, storage_host=external.host,
+                                             storage_port=external.port, storage_user=external.user,
+                                             storage_loc=external.name)
+        self._ensure_slurmdbd(r, conf, external)
         return AccountingConfig(host_ip=inst.ip, port=SLURMDBD_PORT)
 
     def _ensure_mariadb(self, r: CommandRunner, password: str) -> None:
@@ -192,9 +239,8 @@ class AccountingService:
             detail = (res.stderr or res.stdout).replace(password, "***").strip()[-300:]
             raise AccountingError(f"creating the slurm database user failed (exit {res.returncode}): {detail}")
 
-    def _ensure_slurmdbd(self, r: CommandRunner, password: str) -> None:
-        host = _check(r, ["hostname", "-s"], "hostname").stdout.strip()
-        conf = acct.render_slurmdbd_conf(host, password).encode()
+    def _ensure_slurmdbd(self, r: CommandRunner, text: str, external: ExternalDatabase | None) -> None:
+        conf = text.encode()
         running = control.read_pid(r, acct.SLURMDBD_PID_FILE, "slurmdbd") is not None
         current = _run(r, ["sha256sum", acct.SLURMDBD_CONF])
         same = current.returncode == 0 and current.stdout.split()[:1] == [hashlib.sha256(conf).hexdigest()]
@@ -207,8 +253,12 @@ class AccountingService:
                 running = False
         if not running and _run(r, ["pgrep", "-x", "slurmdbd"]).returncode != 0:
             _check(r, ["/usr/sbin/slurmdbd"], "starting slurmdbd", log_file=acct.SLURMDBD_LOG_FILE)
+        what = f"slurmdbd does not accept connections on port {SLURMDBD_PORT}"
+        if external is not None:
+            what += (f" (it stores into the external database {external.name} at {external.host}:{external.port}: "
+                     "check that it is reachable from the accounting host and the secret's user may use it)")
         self._wait(r, lambda: _run(r, acct.port_probe_argv(SLURMDBD_PORT)).returncode == 0,
-                   f"slurmdbd does not accept connections on port {SLURMDBD_PORT}", acct.SLURMDBD_LOG_FILE,
+                   what, acct.SLURMDBD_LOG_FILE,
                    lambda: _run(r, ["pgrep", "-x", "slurmdbd"]).returncode == 0)
 
     def _wait(self, r: CommandRunner, ready: Callable[[], bool], what: str, log_file: str,

@@ -47,9 +47,10 @@ from slurmpod.providers.base import (
     TemporaryProviderError,
     VolumeMount,
 )
-from slurmpod.reconciler.accounting import AccountingService
+from slurmpod.reconciler.accounting import AccountingService, ExternalDatabase
 from slurmpod.reconciler.runtime import NodeBootError, TopologyDriftError
 from slurmpod.reconciler.topology import topology_key
+from slurmpod.secretstore import DatabaseCredentials, SecretError, SecretStore
 from slurmpod.slurm import control
 from slurmpod.slurm.conf import (
     DEFAULT_STATE_SAVE_LOCATION,
@@ -86,10 +87,15 @@ LOGROTATE = b"""/var/log/slurm/*.log /var/log/slurmpod/*.log {
 class SlurmRuntime:
     def __init__(self, provider: Provider, state_dir: Path, image: Image, *, join_timeout: float = JOIN_TIMEOUT,
                  image_lookup: Callable[[str | None], Image] | None = None,
-                 accounting: AccountingService | None = None):
+                 accounting: AccountingService | None = None, internal_accounting: bool = True,
+                 database_secret: Callable[[str], DatabaseCredentials] | None = None):
         self.provider = provider
-        #: slurmdbd + MariaDB on a per-cluster service host (None: AccountingStorageType=accounting_storage/none)
+        #: slurmdbd on a per-cluster service host (None: AccountingStorageType=accounting_storage/none)
         self.accounting = accounting
+        #: clusters without AccountingDatabase get slurmdbd + MariaDB on that host (False: no accounting)
+        self.internal_accounting = internal_accounting
+        #: resolves AccountingDatabase.SecretArn (the secret store)
+        self.database_secret = database_secret
         self.image_lookup = image_lookup or (lambda _id: image)
         self.name = provider.name
         self.dir = state_dir / "clusters"
@@ -158,14 +164,38 @@ class SlurmRuntime:
         ctl = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
         return sorted((n for n in nodes if n.group in ctl and n.ip and n.active), key=lambda n: n.seq)
 
-    def _accounting_config(self, cluster: ClusterRecord) -> AccountingConfig | None:
-        """Where slurmctld finds slurmdbd: the last config of this process, else (after a restart) ensure()."""
-        if self.accounting is None:
+    def _external_db(self, cluster: ClusterRecord) -> ExternalDatabase | None:
+        """The cluster's AccountingDatabase with its credentials, or None (the host's own MariaDB)."""
+        adb = cluster.spec.accounting_database
+        if adb is None:
             return None
-        cfg = self.accounting.cached(cluster.cluster_id)
-        if cfg is None:
-            cfg = self.accounting.ensure(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id))
-        return cfg
+        if self.database_secret is None:
+            raise control.SlurmError("AccountingDatabase: this server has no secret store")
+        try:
+            creds = self.database_secret(adb.secret_arn)
+        except SecretError as exc:
+            raise control.SlurmError(f"AccountingDatabase: {exc}") from exc
+        return ExternalDatabase(host=adb.endpoint, port=adb.effective_port, name=adb.effective_name(cluster.cluster_id),
+                                user=creds.username, password=creds.password)
+
+    def _wants_accounting(self, cluster: ClusterRecord) -> bool:
+        return self.accounting is not None and (self.internal_accounting or
+                                                cluster.spec.accounting_database is not None)
+
+    def _ensure_accounting(self, cluster: ClusterRecord) -> AccountingConfig | None:
+        if self.accounting is None or not self._wants_accounting(cluster):
+            return None
+        return self.accounting.ensure(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id),
+                                      self._external_db(cluster))
+
+    def _accounting_config(self, cluster: ClusterRecord) -> AccountingConfig | None:
+        """Where slurmctld finds slurmdbd: the last config of this process, else (after a restart, or when the
+        AccountingDatabase changed) ensure()."""
+        if self.accounting is None or not self._wants_accounting(cluster):
+            return None
+        external = self._external_db(cluster)
+        cfg = self.accounting.cached(cluster.cluster_id, external)
+        return cfg if cfg is not None else self._ensure_accounting(cluster)
 
     def _topology(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord],
                   accounting: AccountingConfig | None = None) -> SlurmTopology:
@@ -228,9 +258,11 @@ class SlurmRuntime:
     def _phase_launched(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
                         nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
         self.provider.prepare_cluster(cluster.cluster_id)
-        if self.accounting is not None and group.node_type == NodeType.CONTROLLER:
+        if self.accounting is not None and self._wants_accounting(cluster) and \
+                group.node_type == NodeType.CONTROLLER:
             # the accounting host boots in parallel with the controller; _phase_daemons waits for it
-            self.accounting.begin(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id))
+            self.accounting.begin(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id),
+                                  self._external_db(cluster))
         inst = self.provider.launch(self._request(cluster, node, group))
         return {"ip": inst.ip, "hostname": inst.hostname}
 
@@ -302,8 +334,7 @@ class SlurmRuntime:
         if group.node_type == NodeType.CONTROLLER:
             saved = self._saved_conf(cluster.cluster_id)
             applied = cluster.applied_topology == self.desired_topology(cluster)
-            acct = (self.accounting.ensure(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id))
-                    if self.accounting is not None else None)
+            acct = self._ensure_accounting(cluster)
             if saved and acct is not None and conf_value(saved, "AccountingStorageHost") != acct.host_ip:
                 # the accounting host was re-created at a new address: same conf, new AccountingStorageHost
                 saved = render_slurm_conf(replace(self._topology(cluster, nodes, acct),
@@ -556,8 +587,10 @@ def build_local_runtime(settings: Any) -> tuple[SlurmRuntime, Any]:
     state_dir = Path(settings.state_dir)
     check_host(state_dir, settings.local_cidr)
     provider = LocalProvider(state_dir, cidr=settings.local_cidr)
-    accounting = AccountingService(provider, state_dir) if getattr(settings, "accounting", "none") == "local" else None
-    runtime = SlurmRuntime(provider, state_dir, BUILTIN, accounting=accounting)
+    secret_store = SecretStore(state_dir)
+    runtime = SlurmRuntime(provider, state_dir, BUILTIN, accounting=AccountingService(provider, state_dir),
+                           internal_accounting=getattr(settings, "accounting", "local") == "local",
+                           database_secret=secret_store.database_credentials)
 
     def snapshotter(uri: str, entry_point: str | None) -> SnapshotInfo:
         try:

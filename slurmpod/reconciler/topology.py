@@ -19,5 +19,8 @@ def topology_key(spec: ClusterSpec) -> str:
         if g.node_type is None or g.node_type.value != "Login"
     )
     strategy = effective_strategy(spec)
-    key = {"groups": topo, "strategy": strategy.value if strategy else "Merge"}
+    key: dict[str, object] = {"groups": topo, "strategy": strategy.value if strategy else "Merge"}
+    adb = spec.accounting_database
+    if adb is not None:  # attaching or changing it reconfigures slurmdbd (and restarts the controllers)
+        key["accounting"] = [adb.endpoint, adb.effective_port, adb.name or "", adb.secret_arn]
     return "topo-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -70,6 +70,7 @@ class ClusterService:
         wake: Callable[[], None] = lambda: None,
         snapshotter: Snapshotter | None = None,
         images: ImageCatalog | None = None,
+        secret_check: Callable[[str, str], str | None] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -78,6 +79,8 @@ class ClusterService:
         self.wake = wake
         self.snapshotter = snapshotter
         self.images = images
+        # (secret ARN, caller's account) -> None when usable as a database secret, else a finding
+        self.secret_check = secret_check
 
     # ---- lookups --------------------------------------------------------------------------------
 
@@ -158,6 +161,7 @@ class ClusterService:
 
     def create(self, caller: Caller, spec: ClusterSpec) -> ClusterRecord:
         findings = validate_create(spec, strict=self.strict) + schedule_findings(spec.instance_groups, self.clock.now())
+        findings += self._secret_findings(caller, spec)
         if findings:
             raise ValidationException(validation_message(findings))
         if self.store.find_cluster(caller.account_id, spec.name):
@@ -206,6 +210,7 @@ class ClusterService:
                 orchestrator_given=orchestrator_given,
             )
             findings += schedule_findings(requested.instance_groups, self.clock.now())
+            findings += self._secret_findings(caller, requested)
             if findings:
                 raise ValidationException(validation_message(findings))
             if cur.status != ClusterStatus.IN_SERVICE:
@@ -240,6 +245,15 @@ class ClusterService:
             self.wake()
             return stored
         raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
+
+    def _secret_findings(self, caller: Caller, spec: ClusterSpec) -> list[str]:
+        adb = spec.accounting_database
+        if adb is None:
+            return []
+        if self.secret_check is None:
+            return ["AccountingDatabase is not supported by this server's provider."]
+        problem = self.secret_check(adb.secret_arn, caller.account_id)
+        return [problem] if problem else []
 
     def _legacy_roles(
         self, current: ClusterSpec, requested: ClusterSpec, infos: Mapping[str, SnapshotInfo]

@@ -36,7 +36,7 @@ STORAGE_USER = "slurm"
 STORAGE_LOC = "slurm_acct_db"
 
 _HOST_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*$")
-_SQL_NAME_OK = re.compile(r"^[A-Za-z0-9_]+$")
+_SQL_NAME_OK = re.compile(r"^[A-Za-z0-9_$]+$")
 #: characters safe inside a single-quoted SQL string *and* as a slurmdbd.conf value (no '#', no spaces)
 _PASS_OK = re.compile(r"^[A-Za-z0-9_\-.+/=@%:,^~]+$")
 
@@ -46,9 +46,25 @@ def accounting_instance_id(cluster_id: str) -> str:
     return "i-" + hashlib.sha256(f"accounting:{cluster_id}".encode()).hexdigest()[:17]
 
 
-def _check_pass(password: str) -> None:
+def password_problem(password: str) -> str | None:
+    """Why ``password`` cannot be written into slurmdbd.conf verbatim (None when it can). Never echoes it."""
     if not password or not _PASS_OK.match(password):
-        raise ValueError("database password contains characters slurmdbd.conf or SQL cannot hold verbatim")
+        return ("the database password may only hold letters, digits and _-.+/=@%:,^~ (slurmdbd.conf cannot "
+                "hold spaces, quotes or '#')")
+    return None
+
+
+def username_problem(user: str) -> str | None:
+    """Why ``user`` cannot be slurmdbd's StorageUser (None when it can)."""
+    if not _SQL_NAME_OK.match(user):
+        return f"the database user name {user!r} may only hold letters, digits, '_' and '$'"
+    return None
+
+
+def _check_pass(password: str) -> None:
+    problem = password_problem(password)
+    if problem:
+        raise ValueError(problem)
 
 
 def render_slurmdbd_conf(
