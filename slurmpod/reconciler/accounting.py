@@ -226,7 +226,12 @@ class AccountingService:
                 # never initialised, or an init that died half-way: start from an empty datadir (slurmdbd only
                 # ever starts after the marker exists, so no accounting data is lost; stop a stray one anyway)
                 control.stop_daemon(r, acct.SLURMDBD_PID_FILE, "slurmdbd", timeout=30)
-                _check(r, ["find", acct.MYSQL_DATADIR, "-mindepth", "1", "-delete"], "clearing the datadir")
+                # an init interrupted by a server crash may still be running in the node: end it first
+                _run(r, ["sh", "-c", "pkill -9 -f mariadb-install-db; pkill -9 -x mariadbd; "
+                         "for i in $(seq 50); do pgrep -x mariadbd >/dev/null || pgrep -f mariadb-install-db "
+                         ">/dev/null || exit 0; sleep 0.1; done; exit 1"])
+                _check(r, ["find", acct.MYSQL_DATADIR, "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf",
+                           "{}", "+"], "clearing the datadir")
                 _check(r, acct.install_db_argv(), "mariadb-install-db", timeout=180)
             _check(r, acct.background_argv(acct.MYSQL_STDOUT_LOG, acct.mariadbd_argv()), "starting mariadbd")
         self._wait(r, lambda: _run(r, acct.client_argv(), input=b"SELECT 1;\n").returncode == 0,

@@ -291,6 +291,9 @@ class Reconciler:
 
     def _set_status(self, cluster: ClusterRecord, action: p.SetStatus) -> ClusterRecord:
         check_cluster_transition(cluster.status, action.status)
+        if action.status == ClusterStatus.FAILED and cluster.last_good_spec is None:
+            # a failed creation releases everything, cluster-level services (the accounting host) included
+            self.runtime.teardown_cluster(cluster)
         upd = replace(cluster, status=action.status, failure_message=action.failure_message)
         if action.spec is not None:
             upd = replace(upd, spec=action.spec)

@@ -19,6 +19,7 @@ import secrets
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -350,9 +351,34 @@ class SlurmRuntime:
         ctls = self._controllers(cluster, nodes)
         if not ctls:
             raise NodeBootError("no controller is running", retryable=True)
+        if len(ctls) > 1:
+            self._wait_for_controller_in_charge(cluster, ctls)
         cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"), group.threads_per_core)
         control.start_slurmd(r, control.conf_server_arg(n.ip or "" for n in ctls), cpus, mem, group.name)
         return {}
+
+    def _wait_for_controller_in_charge(self, cluster: ClusterRecord, ctls: Sequence[NodeRecord],
+                                       timeout: float = 60.0, prefer_primary: float = 20.0) -> None:
+        """With several controllers, slurmd must not start before one is in charge: a slurmd that reaches a
+        backup still in standby can hang on the closed connection (seen with Slurm 22.05). Waits for the
+        primary (first in SlurmctldHost order); after ``prefer_primary`` seconds any live controller will do."""
+        start = time.monotonic()
+        while True:
+            states: dict[str, bool] = {}
+            for n in ctls:
+                try:
+                    states = control.ping(self._runner(cluster, n))
+                except ProviderError:
+                    continue
+                if states:
+                    break
+            first = next(iter(states.values()), False)
+            waited = time.monotonic() - start
+            if first or (waited >= prefer_primary and any(states.values())):
+                return
+            if waited >= timeout:
+                raise NodeBootError("no controller answers scontrol ping", retryable=True)
+            time.sleep(0.2)
 
     def _phase_joined(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
                       nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
@@ -498,7 +524,7 @@ class SlurmRuntime:
         if group is None:
             raise NodeBootError(f"instance group {node.group} no longer exists")
         if self.alive(cluster).get(node.instance_id, False):
-            self._graceful_stop(cluster, node)
+            self._graceful_stop(cluster, node, nodes)
         req = replace(self._request(cluster, node, group), image_id=image_id,
                       image_root=self.image_lookup(image_id).root)
         try:
@@ -506,11 +532,42 @@ class SlurmRuntime:
         except ProviderError as exc:
             raise NodeBootError(f"root volume replacement failed: {exc}") from exc
 
-    def _graceful_stop(self, cluster: ClusterRecord, node: NodeRecord) -> None:
+    def _hand_over(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        """Before the controller in charge stops: ``scontrol takeover`` on a live backup, so clients never wait
+        SlurmctldTimeout for a failover (rolling updates and reboots of a multi-head group)."""
+        ctls = self._controllers(cluster, nodes)
+        if len(ctls) < 2:
+            return
+        alive = self.alive(cluster)
+        backups = [(i, n) for i, n in enumerate(ctls) if n.instance_id != node.instance_id
+                   and alive.get(n.instance_id, False)]
+        if not backups:
+            return
+        index, backup = backups[0]
+        r = self._runner(cluster, backup)
+        state = control.ping(r)
+        serving = [n for n in ctls if state.get(n.hostname or "", False)]
+        if not serving or serving[0].instance_id != node.instance_id:
+            return  # not the controller in charge (Slurm's rule: the first live one in SlurmctldHost order)
+        res = r.run(["scontrol", "takeover", str(index)], timeout=30)
+        if res.returncode != 0:
+            log.warning("controller %s: scontrol takeover %d failed: %s", backup.instance_id, index,
+                        (res.stderr or res.stdout).strip())
+            return
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if r.run(["squeue", "-h", "-o", "%i"], timeout=15).returncode == 0:
+                log.info("controller %s took over from %s", backup.instance_id, node.instance_id)
+                return
+            time.sleep(0.2)
+        log.warning("controller %s: did not answer within 20 s after takeover", backup.instance_id)
+
+    def _graceful_stop(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord] = ()) -> None:
         group = cluster.spec.group(node.group)
         r = self._runner(cluster, node)
         try:  # slurmctld saves its state (the job queue) on the shared volume before the node goes down
             if group is not None and group.node_type == NodeType.CONTROLLER:
+                self._hand_over(cluster, node, nodes)
                 control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld")
             else:
                 control.stop_slurmd(r, timeout=20)
@@ -520,7 +577,7 @@ class SlurmRuntime:
     def reboot_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
         alive = self.alive(cluster).get(node.instance_id, False)
         if alive:
-            self._graceful_stop(cluster, node)
+            self._graceful_stop(cluster, node, nodes)
         try:
             self.provider.reboot(cluster.cluster_id, node.instance_id)
         except ProviderError as exc:
@@ -588,7 +645,9 @@ def build_local_runtime(settings: Any) -> tuple[SlurmRuntime, Any]:
     check_host(state_dir, settings.local_cidr)
     provider = LocalProvider(state_dir, cidr=settings.local_cidr)
     secret_store = SecretStore(state_dir)
-    runtime = SlurmRuntime(provider, state_dir, BUILTIN, accounting=AccountingService(provider, state_dir),
+    # the accounting host is slurmpod's own service host: always on the local provider, never a pool host
+    service_provider = getattr(provider, "local", provider)
+    runtime = SlurmRuntime(provider, state_dir, BUILTIN, accounting=AccountingService(service_provider, state_dir),
                            internal_accounting=getattr(settings, "accounting", "local") == "local",
                            database_secret=secret_store.database_credentials)
 

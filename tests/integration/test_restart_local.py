@@ -83,8 +83,12 @@ def holder_of(state: Path, cluster_id: str, instance_id: str) -> tuple[int, str,
 
 
 def cluster_netns(cluster_id: str) -> list[str]:
+    """The cluster's node namespaces (not its accounting service host)."""
+    from slurmpod.slurm.accounting import accounting_instance_id
+
+    service = f"sp-{cluster_id}-{accounting_instance_id(cluster_id)[-8:]}"
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout
-    return [line.split()[0] for line in out.splitlines() if cluster_id in line]
+    return [line.split()[0] for line in out.splitlines() if cluster_id in line and line.split()[0] != service]
 
 
 def job_state(state: Path, name: str, job: str) -> str:
