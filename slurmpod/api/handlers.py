@@ -50,8 +50,20 @@ def _desired_image(svc: ClusterService, rec: ClusterRecord, group: str) -> str:
         return svc.images.latest().image_id
 
 
-def _version_status(current: str | None, desired: str) -> ImageVersionStatus:
-    return ImageVersionStatus.UP_TO_DATE if current in (None, desired) else ImageVersionStatus.UPDATE_AVAILABLE
+def _stale_status(svc: ClusterService, current: str) -> ImageVersionStatus:
+    """Why an instance on ``current`` should update: the release's mark (``slurmpod images mark``) or just a
+    newer release."""
+    image = svc.images.get(current) if svc.images is not None else None
+    mark = image.status if image is not None else None
+    if mark == ImageVersionStatus.SECURITY_UPDATE_REQUIRED.value:
+        return ImageVersionStatus.SECURITY_UPDATE_REQUIRED
+    if mark == ImageVersionStatus.END_OF_LIFE.value:
+        return ImageVersionStatus.END_OF_LIFE
+    return ImageVersionStatus.UPDATE_AVAILABLE
+
+
+def _version_status(svc: ClusterService, current: str | None, desired: str) -> ImageVersionStatus:
+    return ImageVersionStatus.UP_TO_DATE if current in (None, desired) else _stale_status(svc, current)
 
 
 def _group_image(svc: ClusterService, rec: ClusterRecord, group: str, nodes: list[NodeRecord]) -> tr.ImageView:
@@ -63,7 +75,7 @@ def _group_image(svc: ClusterService, rec: ClusterRecord, group: str, nodes: lis
     return tr.ImageView(
         current=current,
         desired=desired,
-        status=ImageVersionStatus.UPDATE_AVAILABLE if stale else ImageVersionStatus.UP_TO_DATE,
+        status=_stale_status(svc, stale[0]) if stale else ImageVersionStatus.UP_TO_DATE,
         software_update_status=rec.software_update_status.get(group),
         active_update_config=su.config if su is not None and group in su.groups and su.config else None,
     )
@@ -201,7 +213,7 @@ def _node_page(svc: ClusterService, rec: ClusterRecord, p: Params, page: list[No
             desired[n.group] = _desired_image(svc, rec, n.group)
     out: dict[str, Any] = {
         "ClusterNodeSummaries": [
-            tr.node_summary(n, types.get(n.group), include_logical, _version_status(n.image_id, desired[n.group]))
+            tr.node_summary(n, types.get(n.group), include_logical, _version_status(svc, n.image_id, desired[n.group]))
             for n in page
         ]
     }
@@ -218,7 +230,7 @@ def describe_cluster_node(svc: ClusterService, caller: Caller, p: Params) -> dic
         raise ValidationException("You can specify either NodeLogicalId or InstanceId, but not both.")
     node = svc.find_node(rec, node_id, logical_id)
     desired = _desired_image(svc, rec, node.group)
-    view = tr.ImageView(node.image_id or desired, desired, _version_status(node.image_id, desired))
+    view = tr.ImageView(node.image_id or desired, desired, _version_status(svc, node.image_id, desired))
     return {"NodeDetails": tr.node_details(node, rec.spec.group(node.group), rec.region, view)}
 
 

@@ -336,8 +336,10 @@ class SlurmRuntime:
             saved = self._saved_conf(cluster.cluster_id)
             applied = cluster.applied_topology == self.desired_topology(cluster)
             acct = self._ensure_accounting(cluster)
-            if saved and acct is not None and conf_value(saved, "AccountingStorageHost") != acct.host_ip:
-                # the accounting host was re-created at a new address: same conf, new AccountingStorageHost
+            if saved and ((acct is not None and conf_value(saved, "AccountingStorageHost") != acct.host_ip)
+                          or _ctld_hosts(saved) != _ctld_hosts(self._conf(cluster, nodes, acct))):
+                # the accounting host or a controller (BatchReplace) is at a new address: same conf (user lines
+                # included), new AccountingStorageHost / SlurmctldHost lines
                 saved = render_slurm_conf(replace(self._topology(cluster, nodes, acct),
                                                   user_lines=extract_user_lines(saved)))
             # a controller whose root volume was replaced gets the conf it ran (user lines included) back
@@ -356,6 +358,56 @@ class SlurmRuntime:
         cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"), group.threads_per_core)
         control.start_slurmd(r, control.conf_server_arg(n.ip or "" for n in ctls), cpus, mem, group.name)
         return {}
+
+    def _refresh_controllers(self, cluster: ClusterRecord, joined: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        """The other live controllers restart gracefully with the conf ``joined`` started with when their
+        SlurmctldHost lines differ (a controller replaced at a new address), backups first."""
+        conf = self._saved_conf(cluster.cluster_id)
+        if not conf:
+            return
+        alive = self.alive(cluster)
+        for n in reversed(self._controllers(cluster, nodes)):
+            if n.instance_id == joined.instance_id or not alive.get(n.instance_id, False):
+                continue
+            r = self._runner(cluster, n)
+            try:
+                live = r.run(["cat", control.SLURM_CONF], timeout=30).stdout
+                if _ctld_hosts(live) != _ctld_hosts(conf):
+                    log.info("controller %s: restarting slurmctld with the new controller list", n.instance_id)
+                    control.restart_slurmctld(r, conf, render_cgroup_conf())
+            except (control.SlurmError, ProviderError) as exc:
+                log.warning("controller %s: refreshing its controller list failed: %s", n.instance_id, exc)
+
+    def _refresh_conf_servers(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> None:
+        """After a controller joins at a new address (BatchReplace): compute slurmds started with the old
+        ``--conf-server`` list are restarted with the current one (running job steps survive a slurmd restart)
+        and fetch the new slurm.conf; login nodes get the new conf copy."""
+        ips = [n.ip or "" for n in self._controllers(cluster, nodes)]
+        want = ",".join(control.conf_server_arg(ips))
+        login = {g.name for g in cluster.spec.groups_of(NodeType.LOGIN)}
+        for n in nodes:
+            group = cluster.spec.group(n.group)
+            if group is None or not n.active or "daemons" not in n.phases or not n.ip:
+                continue
+            r = self._runner(cluster, n)
+            try:
+                if n.group in login:
+                    live = r.run(["cat", control.SLURM_CONF], timeout=30).stdout
+                    if any(ip not in live for ip in ips):
+                        control.configure_login(r, self._conf(cluster, nodes))
+                    continue
+                if group.node_type not in (NodeType.COMPUTE, None):
+                    continue
+                args = r.run(["pgrep", "-a", "-x", "slurmd"], timeout=30).stdout
+                if not args or f"--conf-server {want} " in args:
+                    continue
+                log.info("node %s: restarting slurmd with --conf-server %s", n.instance_id, want)
+                control.stop_slurmd(r, timeout=20)
+                cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"),
+                                            group.threads_per_core)
+                control.start_slurmd(r, want.split(","), cpus, mem, group.name)
+            except (control.SlurmError, ProviderError) as exc:
+                log.warning("node %s: refreshing its controller list failed: %s", n.instance_id, exc)
 
     def _wait_for_controller_in_charge(self, cluster: ClusterRecord, ctls: Sequence[NodeRecord],
                                        timeout: float = 60.0, prefer_primary: float = 20.0) -> None:
@@ -386,6 +438,8 @@ class SlurmRuntime:
         if group.node_type == NodeType.CONTROLLER:
             if not any(control.ping(r).values()):
                 raise NodeBootError("slurmctld does not answer scontrol ping")
+            self._refresh_controllers(cluster, node, nodes)
+            self._refresh_conf_servers(cluster, nodes)
             return {}
         if group.node_type == NodeType.LOGIN:
             res = r.run(["sinfo", "-h"], timeout=30)
@@ -623,6 +677,11 @@ class SlurmRuntime:
 
     def alive(self, cluster: ClusterRecord) -> Mapping[str, bool]:
         return {i.instance_id: i.alive for i in self.provider.list_instances(cluster.cluster_id)}
+
+
+def _ctld_hosts(conf: str) -> list[str]:
+    """The ``SlurmctldHost=`` lines of a slurm.conf, in order."""
+    return [line.strip() for line in conf.splitlines() if line.strip().startswith("SlurmctldHost=")]
 
 
 def _compute_groups(spec: ClusterSpec) -> tuple[tuple[str, str | None], ...]:

@@ -134,3 +134,24 @@ def test_scheduled_update_fires_once(srv):
     assert sum("has been scheduled for UpdateClusterSoftware to latest." in t for t in texts) == 1
     time.sleep(1.5)  # a one-time schedule never fires again
     assert sum("has been scheduled for UpdateClusterSoftware" in t for t in _events(c, "sched")) == 1
+
+
+def test_marked_release_shows_security_update_required_then_end_of_life(srv):
+    c = srv.client()
+    c.create_cluster(ClusterName="mk", InstanceGroups=seed_groups(1))
+    wait_status(c, "mk", {"InService"})
+    catalog = ImageCatalog(srv.server.store)
+    old = catalog.latest().image_id
+    _publish(srv)  # a newer release: the running nodes are behind
+
+    def statuses() -> set[str]:
+        nodes = c.list_cluster_nodes(ClusterName="mk")["ClusterNodeSummaries"]
+        groups = c.describe_cluster(ClusterName="mk")["InstanceGroups"]
+        return {n["ImageVersionStatus"] for n in nodes} | {g["ImageVersionStatus"] for g in groups
+                                                          if "ImageVersionStatus" in g}
+
+    assert statuses() == {"UpdateAvailable"}
+    catalog.mark(old, "SecurityUpdateRequired")
+    assert statuses() == {"SecurityUpdateRequired"}
+    catalog.mark(old, "EndOfLife")
+    assert statuses() == {"EndOfLife"}

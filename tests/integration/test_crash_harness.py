@@ -43,7 +43,8 @@ def _instances(state: Path) -> dict[str, dict]:
     out = {}
     for meta in state.glob("local/clusters/*/instances/*/meta.json"):
         rec = json.loads(meta.read_text())
-        out[rec["instance_id"]] = rec
+        if rec.get("group") != "accounting":  # the cluster's accounting host is not a node
+            out[rec["instance_id"]] = rec
     return out
 
 
