@@ -373,6 +373,10 @@ class Reconciler:
         """Dead instances (NodeRecovery) and Slurm `Action:Replace/Reboot` requests become node operations."""
         if cluster.status != ClusterStatus.IN_SERVICE:
             return
+        for restored, text in self.runtime.heal_services(cluster):
+            level = EventLevel.WARN if restored else EventLevel.ERROR
+            self.store.add_events([self._event(cluster, ev.EventDraft(ev.ResourceType.CLUSTER, level, text))])
+            log.warning("cluster %s: %s", cluster.name, text)
         alive = dict(self.runtime.alive(cluster))
         requests = self.runtime.slurm_requests(cluster, nodes)
         for iid in self.runtime.unreachable(cluster, nodes):

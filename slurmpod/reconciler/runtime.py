@@ -101,3 +101,7 @@ class ClusterRuntime(Protocol):
     def alive(self, cluster: ClusterRecord) -> Mapping[str, bool]:
         """instance_id -> whether its instance still runs (instances the runtime knows)."""
         ...
+
+    def heal_services(self, cluster: ClusterRecord) -> list[tuple[bool, str]]:
+        """Restores cluster-level services (the accounting host) found dead: ``(restored, description)`` each."""
+        ...

@@ -92,6 +92,9 @@ class SimulatedRuntime:
     def alive(self, cluster: ClusterRecord) -> Mapping[str, bool]:
         return {i.instance_id: i.alive for i in self.provider.list_instances(cluster.cluster_id)}
 
+    def heal_services(self, cluster: ClusterRecord) -> list[tuple[bool, str]]:
+        return []  # the simulated runtime has no cluster-level services
+
 
 def _is_controller(cluster: ClusterRecord, node: NodeRecord) -> bool:
     g = cluster.spec.group(node.group)

@@ -675,6 +675,22 @@ class SlurmRuntime:
         self.provider.teardown_cluster(cluster.cluster_id)
         shutil.rmtree(self.dir / cluster.cluster_id, ignore_errors=True)
 
+    def heal_services(self, cluster: ClusterRecord) -> list[tuple[bool, str]]:
+        """The accounting host (instance or slurmdbd) found dead is brought back on its volume and address;
+        slurmctld reconnects by itself and sends what it queued meanwhile."""
+        if self.accounting is None or not self._wants_accounting(cluster):
+            return []
+        if self.accounting.alive(cluster.cluster_id):
+            return []
+        t0 = time.monotonic()
+        try:
+            cfg = self._ensure_accounting(cluster)
+        except (control.SlurmError, ProviderError) as exc:
+            return [(False, f"The accounting host of Cluster {cluster.name} is down and could not be restarted: {exc}")]
+        where = f" at {cfg.host_ip}" if cfg is not None else ""
+        return [(True, f"The accounting host of Cluster {cluster.name} was down; slurmdbd runs again{where} "
+                       f"({time.monotonic() - t0:.1f}s).")]
+
     def alive(self, cluster: ClusterRecord) -> Mapping[str, bool]:
         return {i.instance_id: i.alive for i in self.provider.list_instances(cluster.cluster_id)}
 

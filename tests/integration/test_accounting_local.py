@@ -208,3 +208,38 @@ def test_service_readopts_and_keeps_data(local_state: Path) -> None:
     finally:
         svc.teardown(cid)
         provider.teardown_cluster(cid)
+
+
+@pytest.mark.integration
+def test_dead_accounting_host_is_restarted(acct_server: ServerProcess) -> None:
+    """Every process of the accounting host killed: the health check brings it back (same address, same
+    database volume), records an event, and jobs run meanwhile land in sacct once slurmdbd is back."""
+    import json
+    import os
+    import signal
+
+    state = acct_server.state_dir
+    c = acct_server.client()
+    c.create_cluster(ClusterName="acct", InstanceGroups=seed_groups(1))
+    d = wait_status(c, "acct", {"InService", "Failed"}, timeout=180)
+    assert d["ClusterStatus"] == "InService", d.get("FailureMessage")
+    cid = d["ClusterArn"].rsplit("/", 1)[1]
+    r = in_node(state, "acct", None, "bash", "-c", "cd /home && sbatch --parsable --wrap=true")
+    first = r.stdout.strip().split(";")[0]
+    _wait_sacct(state, "acct", first)
+
+    meta = json.loads(next(state.glob(f"local/**/{accounting_instance_id(cid)}/meta.json")).read_text())
+    os.kill(meta["holder_pid"], signal.SIGKILL)
+    r = in_node(state, "acct", None, "bash", "-c", "cd /home && sbatch --parsable --wrap=true")
+    assert r.returncode == 0, r.stderr  # slurmctld queues accounting records while slurmdbd is away
+    second = r.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 90
+    while True:
+        texts = [e["Description"] for e in c.list_cluster_events(ClusterName="acct", MaxResults=100)["Events"]]
+        if any("accounting host of Cluster acct was down; slurmdbd runs again" in t for t in texts):
+            break
+        assert time.monotonic() < deadline, texts
+        time.sleep(0.5)
+    print("\n" + next(t for t in texts if "runs again" in t))
+    print("sacct:", _wait_sacct(state, "acct", second, timeout=90))
+    assert first in _sacct_state(state, "acct", first)  # the earlier job's row survived on the volume
