@@ -12,8 +12,12 @@ fi
 
 PKGS=(slurmctld slurmd slurm-client munge iproute2 util-linux procps iputils-ping openssh-client
       slurmdbd mariadb-server  # accounting: run inside each cluster's accounting host, never on this host
+      openssh-server  # ssh provider tests: sshd runs only inside test hosts (namespaces), never on this host
       postgresql python3 python3-venv python3-pip ca-certificates logrotate
       chromium fonts-dejavu-core)  # chromium: the console's browser tests (Playwright drives /usr/bin/chromium)
+# a host sshd already serving this machine (e.g. your login) is left alone; one our install adds is not started
+host_sshd_preinstalled=no
+dpkg-query -W -f='${Status}' openssh-server 2>/dev/null | grep -q "install ok installed" && host_sshd_preinstalled=yes
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,6 +34,16 @@ if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
   systemctl disable --now mariadb.service slurmdbd.service >/dev/null 2>&1 || true
 elif command -v update-rc.d >/dev/null 2>&1; then
   for svc in mariadb slurmdbd; do update-rc.d "$svc" disable >/dev/null 2>&1 || true; done
+fi
+if [ "$host_sshd_preinstalled" = no ]; then
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+  elif command -v update-rc.d >/dev/null 2>&1; then
+    update-rc.d ssh disable >/dev/null 2>&1 || true
+  fi
+  if [ -s /run/sshd.pid ] && [ "$(cat "/proc/$(cat /run/sshd.pid)/comm" 2>/dev/null)" = sshd ]; then
+    kill -TERM "$(cat /run/sshd.pid)" 2>/dev/null || true
+  fi
 fi
 for pidf in /run/mysqld/mysqld.pid /var/run/mysqld/mysqld.pid; do
   if [ -s "$pidf" ] && [ "$(cat "/proc/$(cat "$pidf")/comm" 2>/dev/null)" = mariadbd ]; then

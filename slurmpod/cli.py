@@ -429,6 +429,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_events_parser(sub)
 
+    from slurmpod.hosts_cli import add_hosts_parser
+
+    add_hosts_parser(sub)
+
     i = sub.add_parser("images", help="image releases (AMIs): list, publish, mark")
     i.add_argument("--state-dir", default=str(default_state_dir()))
     i.add_argument("--db", default=None)

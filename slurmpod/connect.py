@@ -53,14 +53,14 @@ def resolve(store: SqlStore, target: str | None, cluster: str | None, group: str
 
 def connect(state_dir: Path, db_url: str, target: str | None, cluster: str | None, group: str | None,
             command: Sequence[str]) -> int:
-    from slurmpod.providers.local.provider import LocalProvider
+    from slurmpod.providers.ssh.routing import build_node_provider
 
     store = SqlStore(db_url)
     try:
         node = resolve(store, target, cluster, group)
     finally:
         store.close()
-    runner = LocalProvider(state_dir).runner(node.cluster_id, node.instance_id)
+    runner = build_node_provider(state_dir).runner(node.cluster_id, node.instance_id)
     argv = runner.interactive_argv(list(command) if command else ["bash", "-l"])
     if command:
         return subprocess.run(argv, check=False).returncode  # noqa: S603

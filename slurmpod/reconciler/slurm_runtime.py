@@ -97,6 +97,9 @@ class SlurmRuntime:
         self.internal_accounting = internal_accounting
         #: resolves AccountingDatabase.SecretArn (the secret store)
         self.database_secret = database_secret
+        #: instance types whose instances run on other machines (ssh pools): no route to local service hosts
+        self.remote_type: Callable[[str], bool] = lambda _type: False
+        self._accounting_skipped: set[str] = set()
         self.image_lookup = image_lookup or (lambda _id: image)
         self.name = provider.name
         self.dir = state_dir / "clusters"
@@ -180,8 +183,19 @@ class SlurmRuntime:
                                 user=creds.username, password=creds.password)
 
     def _wants_accounting(self, cluster: ClusterRecord) -> bool:
-        return self.accounting is not None and (self.internal_accounting or
-                                                cluster.spec.accounting_database is not None)
+        if self.accounting is None:
+            return False
+        remote = [g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)
+                  if self.remote_type(g.instance_type or "")]
+        if remote:
+            # slurmdbd runs on slurmpod's local accounting host, which a controller on another machine cannot
+            # reach (slurmpod never routes its node networks): no accounting rather than a controller that waits
+            if cluster.cluster_id not in self._accounting_skipped:
+                self._accounting_skipped.add(cluster.cluster_id)
+                log.warning("cluster %s: no Slurm accounting: controller group %s runs on ssh hosts, which cannot "
+                            "reach the local accounting host", cluster.name, ", ".join(remote))
+            return False
+        return self.internal_accounting or cluster.spec.accounting_database is not None
 
     def _ensure_accounting(self, cluster: ClusterRecord) -> AccountingConfig | None:
         if self.accounting is None or not self._wants_accounting(cluster):
@@ -713,18 +727,22 @@ def build_local_runtime(settings: Any) -> tuple[SlurmRuntime, Any]:
     from slurmpod.lifecycle.run import resolve_entry_point
     from slurmpod.lifecycle.snapshot import snapshot_source
     from slurmpod.providers.local.hostcheck import check_host
-    from slurmpod.providers.local.provider import LocalProvider
+    from slurmpod.providers.ssh.routing import build_node_provider
     from slurmpod.service.clusters import SnapshotInfo
 
     state_dir = Path(settings.state_dir)
     check_host(state_dir, settings.local_cidr)
-    provider = LocalProvider(state_dir, cidr=settings.local_cidr)
+    # ssh host pools (``slurmpod hosts``), when registered, serve their instance types; the rest stays local
+    provider = build_node_provider(state_dir, settings.local_cidr)
     secret_store = SecretStore(state_dir)
     # the accounting host is slurmpod's own service host: always on the local provider, never a pool host
     service_provider = getattr(provider, "local", provider)
     runtime = SlurmRuntime(provider, state_dir, BUILTIN, accounting=AccountingService(service_provider, state_dir),
                            internal_accounting=getattr(settings, "accounting", "local") == "local",
                            database_secret=secret_store.database_credentials)
+    ssh = getattr(provider, "ssh", None)
+    if ssh is not None:
+        runtime.remote_type = ssh.handles
 
     def snapshotter(uri: str, entry_point: str | None) -> SnapshotInfo:
         try:

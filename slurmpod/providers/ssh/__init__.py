@@ -1,0 +1,1 @@
+"""The ``ssh`` provider: Slurm nodes on existing machines (host pools) reached over SSH."""
