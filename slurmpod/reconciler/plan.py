@@ -140,7 +140,16 @@ def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
                 actions.append(RemoveNode(n.instance_id, f"instance group {g.name} scaled down"))
         if len(mine) != g.instance_count:
             converged = False
+        queued = sorted((n for n in mine if n.data.get("replace_queued")), key=lambda n: n.seq)
+        if queued:
+            converged = False
+            settled = len(mine) == g.instance_count and all(
+                n.status == InstanceStatus.RUNNING and n.instance_id not in obs.busy for n in mine)
+            if settled:  # one queued controller replacement at a time, once every controller runs again
+                actions.append(RemoveNode(queued[0].instance_id, "Replaced by request"))
         for n in mine:
+            if n.data.get("replace_queued"):
+                continue
             if n.data.get("op") and n.instance_id not in obs.busy:
                 actions.append(NodeOp(n.instance_id))
                 continue

@@ -515,6 +515,9 @@ class SlurmRuntime:
         group = cluster.spec.group(node.group) or (cluster.last_good_spec.group(node.group)
                                                    if cluster.last_good_spec else None)
         is_compute = group is None or group.node_type in (NodeType.COMPUTE, None)
+        if group is not None and group.node_type == NodeType.CONTROLLER and "daemons" in node.phases and \
+                self.alive(cluster).get(node.instance_id, False):
+            self._graceful_stop(cluster, node, nodes)  # the controller in charge hands over first
         if is_compute and node.hostname and "daemons" in node.phases:
             primary = self._primary(cluster, [n for n in nodes if n.instance_id != node.instance_id])
             if primary is not None:
@@ -603,7 +606,9 @@ class SlurmRuntime:
     def _hand_over(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
         """Before the controller in charge stops: ``scontrol takeover`` on a live backup, so clients never wait
         SlurmctldTimeout for a failover (rolling updates and reboots of a multi-head group)."""
-        ctls = self._controllers(cluster, nodes)
+        # the stopping controller keeps its place in SlurmctldHost order even when already marked for removal
+        ctls = sorted({n.instance_id: n for n in [*self._controllers(cluster, nodes), node] if n.ip}.values(),
+                      key=lambda n: n.seq)
         if len(ctls) < 2:
             return
         alive = self.alive(cluster)

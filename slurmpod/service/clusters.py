@@ -365,7 +365,8 @@ class ClusterService:
                 if node is None:
                     failures.append(NodeDeleteFailure(nid, "InstanceIdNotFound", f"Instance {nid} not found."))
                     continue
-                if node.data.get("op") or node.data.get("update_to") or node.status == InstanceStatus.SYSTEM_UPDATING:
+                if node.data.get("op") or node.data.get("update_to") or node.data.get("replace_queued") or \
+                        node.status == InstanceStatus.SYSTEM_UPDATING:
                     failures.append(NodeDeleteFailure(nid, "InstanceIdInUse",
                                                       f"Another operation is already in progress for {nid}."))
                     continue
@@ -383,7 +384,18 @@ class ClusterService:
                             nid, "InstanceIdInUse", f"Instance {nid} is the only Slurm controller; it cannot be "
                             "replaced while no other controller serves."))
                         continue
-                if op == "replace":
+                in_flight = op == "replace" and group is not None and group.node_type == NodeType.CONTROLLER and any(
+                    n.group == node.group and n.instance_id != nid and (
+                        n.instance_id in ok or n.status != InstanceStatus.RUNNING or n.data.get("replace_queued"))
+                    for n in nodes.values())
+                if in_flight:
+                    # controllers are replaced one at a time: the reconciler starts this one once the group is back
+                    # to all-Running, so a controller always serves
+                    changed.append(replace(node, data={**node.data, "replace_queued": True}))
+                    drafts.append(ev.instance_event(
+                        f"Replacement of Instance {nid} in Cluster {cur.name} and IG {node.group} is queued: "
+                        "controllers are replaced one at a time", node.group, nid))
+                elif op == "replace":
                     changed.append(replace(node, status=InstanceStatus.SHUTTING_DOWN, message="Replaced by request"))
                     drafts.append(ev.instance_event(
                         f"Instance {nid} is starting as part of instance replacement in Cluster {cur.name} and IG "

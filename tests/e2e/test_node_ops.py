@@ -94,3 +94,33 @@ def test_node_recovery_none_leaves_failure(srv):
     g = next(g for g in c.describe_cluster(ClusterName="manual")["InstanceGroups"]
              if g["InstanceGroupName"] == "compute-group")
     assert g["Status"] == "Degraded"
+
+
+def test_replacing_every_controller_goes_one_at_a_time(srv):
+    c = srv.client()
+    groups = seed_groups(1)
+    groups[0]["InstanceCount"] = 2
+    c.create_cluster(ClusterName="ctl", InstanceGroups=groups)
+    wait_status(c, "ctl", {"InService"})
+    old = {i for i, n in _nodes(c, "ctl").items() if n["InstanceGroupName"] == "controller-group"}
+    out = c.batch_replace_cluster_nodes(ClusterName="ctl", NodeIds=sorted(old))
+    assert sorted(out["Successful"]) == sorted(old) and not out.get("Failed")
+    # a queued controller is busy for other node operations
+    queued = [i for i in old if i in {e.get("InstanceId") for e in
+                                      c.list_cluster_events(ClusterName="ctl", MaxResults=100)["Events"]
+                                      if "is queued" in e["Description"]}]
+    assert len(queued) == 1
+    again = c.batch_reboot_cluster_nodes(ClusterName="ctl", NodeIds=queued)
+    assert again["Failed"][0]["ErrorCode"] in ("InstanceIdInUse", "InvalidInstanceStatus"), again
+    seen_running: list[int] = []
+    deadline = time.monotonic() + 30
+    while True:
+        nodes = _nodes(c, "ctl")
+        ctl = {i: n for i, n in nodes.items() if n["InstanceGroupName"] == "controller-group"}
+        seen_running.append(sum(n["InstanceStatus"]["Status"] == "Running" for n in ctl.values()))
+        if not (old & set(ctl)) and len(ctl) == 2 and all(n["InstanceStatus"]["Status"] == "Running"
+                                                          for n in ctl.values()):
+            break
+        assert time.monotonic() < deadline, nodes
+        time.sleep(0.02)
+    assert min(seen_running) >= 1, seen_running  # a controller always ran
