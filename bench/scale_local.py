@@ -61,7 +61,7 @@ def _measure_into(box: list[NodeMemory]) -> None:
 def run(runs: int, workdir: Path | None = None, progress: Progress = print, quick: bool = False) -> dict[str, Any]:
     compute = QUICK_COMPUTE if quick else COMPUTE
     root = Path(tempfile.mkdtemp(prefix="slurmpod-bench-scale-", dir=workdir))
-    server = BenchServer(root / "server")
+    server = BenchServer(root / "server", extra=("--accounting", "none"))  # equal work: the floor runs no slurmdbd
     sp_times: list[float] = []
     sp_mem: list[NodeMemory] = []
     server_rss: list[float] = []
