@@ -51,6 +51,12 @@ def render_table(scenario: dict[str, Any]) -> str:
                  f"{_span(fl['sbatch_to_completed']):>20}")
     lines.append(f"{'slurmpod connect overhead':<32} {_span(sp['connect_overhead']):>20}")
     lines.append(f"{'DeleteCluster -> gone':<32} {_span(sp['delete_to_gone']):>20}")
+    acct = scenario.get("slurmpod_with_accounting")
+    if acct:  # the default configuration (slurmdbd + MariaDB host); the rows above compare equal work
+        lines.append(f"{'with accounting: InService':<32} {_span(acct['in_service']):>20}   "
+                     f"{_met(acct['in_service']['median'])}")
+        lines.append(f"{'with accounting: job COMPLETED':<32} {_span(acct['job_done']):>20}   "
+                     f"{_met(acct['job_done']['median'])}")
     lines.append("slurmpod server-log milestones (median s after CreateCluster): " + ", ".join(
         f"{k} {v:.2f}" for k, v in sp["server_log_milestones_median"].items()))
     lines.append("floor phases (median s after t0): " + ", ".join(

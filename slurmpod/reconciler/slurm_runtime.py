@@ -640,7 +640,10 @@ class SlurmRuntime:
         r = self._runner(cluster, node)
         try:  # slurmctld saves its state (the job queue) on the shared volume before the node goes down
             if group is not None and group.node_type == NodeType.CONTROLLER:
-                self._hand_over(cluster, node, nodes)
+                try:
+                    self._hand_over(cluster, node, nodes)
+                except (control.SlurmError, ProviderError) as exc:  # the stop below still saves the state
+                    log.warning("controller %s: hand-over failed: %s", node.instance_id, exc)
                 control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld")
             else:
                 control.stop_slurmd(r, timeout=20)

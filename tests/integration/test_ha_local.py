@@ -125,16 +125,59 @@ def test_controller_failover(local_server):
         httpd.shutdown()
 
 
+def _two_controllers(c, compute: int = 1) -> dict:
+    """A cluster "ha" with a 2-instance Controller group, InService."""
+    groups = seed_groups(compute)
+    groups[0]["InstanceCount"] = 2
+    c.create_cluster(ClusterName="ha", InstanceGroups=groups)
+    d = wait_status(c, "ha", {"InService", "Failed"}, timeout=120)
+    assert d["ClusterStatus"] == "InService", d.get("FailureMessage")
+    return d
+
+
+class _SqueuePoller:
+    """Runs `squeue -h` in a compute node once a second (in-process nsenter: a poll costs milliseconds, not a
+    CLI start); ``polls`` holds (start, exit code, seconds it took)."""
+
+    def __init__(self, state, c, cluster_arn: str) -> None:
+        from slurmpod.providers.local.provider import LocalProvider
+
+        compute = next(n for n in c.list_cluster_nodes(ClusterName="ha")["ClusterNodeSummaries"]
+                       if n["InstanceGroupName"] == "compute-group")
+        self.runner = LocalProvider(state).runner(cluster_arn.rsplit("/", 1)[1], compute["InstanceId"])
+        self.polls: list[tuple[float, int, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            res = self.runner.run(["squeue", "-h"], timeout=60)
+            self.polls.append((t, res.returncode, time.monotonic() - t))
+            self._stop.wait(max(0.0, 1.0 - (time.monotonic() - t)))
+
+    def __enter__(self) -> _SqueuePoller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=90)
+
+    def report(self, during: str) -> list[tuple[float, int, float]]:
+        failures = [p for p in self.polls if p[1] != 0]
+        span = self.polls[-1][0] - self.polls[0][0] if self.polls else 0.0
+        slowest = max((p[2] for p in self.polls), default=0.0)
+        print(f"\nsqueue polled {len(self.polls)} times over {span:.0f} s {during}; {len(failures)} failed; "
+              f"slowest answer {slowest:.2f} s")
+        return failures
+
 def test_rolling_update_of_two_controllers_keeps_squeue_answering(local_server, tmp_path):
     """UpdateClusterSoftware of a 2-controller group: one controller at a time, the one in charge hands over
     (scontrol takeover) before it stops; squeue, polled every second from a compute node, never fails."""
     state = local_server.state_dir
     c = local_server.client()
-    groups = seed_groups(1)
-    groups[0]["InstanceCount"] = 2
-    c.create_cluster(ClusterName="ha", InstanceGroups=groups)
-    d = wait_status(c, "ha", {"InService", "Failed"}, timeout=120)
-    assert d["ClusterStatus"] == "InService", d.get("FailureMessage")
+    d = _two_controllers(c)
     script = tmp_path / "setup.sh"
     script.write_text("echo release-2 > /etc/slurmpod-release-marker\n")
     r = subprocess.run([sys.executable, "-m", "slurmpod.cli", "images", "--state-dir", str(state), "publish",
@@ -142,24 +185,7 @@ def test_rolling_update_of_two_controllers_keeps_squeue_answering(local_server, 
     assert r.returncode == 0, r.stderr
     image = r.stdout.split()[1]
 
-    from slurmpod.providers.local.provider import LocalProvider
-
-    compute = next(n for n in c.list_cluster_nodes(ClusterName="ha")["ClusterNodeSummaries"]
-                   if n["InstanceGroupName"] == "compute-group")
-    runner = LocalProvider(state).runner(d["ClusterArn"].rsplit("/", 1)[1], compute["InstanceId"])
-    polls: list[tuple[float, int, str]] = []
-    stop = threading.Event()
-
-    def poll() -> None:  # in-process nsenter: a poll costs milliseconds, not a CLI start
-        while not stop.is_set():
-            t = time.monotonic()
-            res = runner.run(["squeue", "-h"], timeout=30)
-            polls.append((t, res.returncode, f"{time.monotonic() - t:.2f}s {res.stderr.strip()[-200:]}"))
-            stop.wait(max(0.0, 1.0 - (time.monotonic() - t)))
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
-    try:
+    with _SqueuePoller(state, c, d["ClusterArn"]) as poller:
         c.update_cluster_software(ClusterName="ha", ImageId=image,
                                   InstanceGroups=[{"InstanceGroupName": "controller-group"}])
         time.sleep(1)
@@ -174,15 +200,8 @@ def test_rolling_update_of_two_controllers_keeps_squeue_answering(local_server, 
             time.sleep(1)
         assert g["SoftwareUpdateStatus"] == "Succeeded", d.get("FailureMessage")
         time.sleep(3)  # the replaced primary takes control back: keep polling through that too
-    finally:
-        stop.set()
-        poller.join(timeout=60)
-    failures = [p for p in polls if p[1] != 0]
-    span = polls[-1][0] - polls[0][0] if polls else 0.0
-    slowest = max(float(p[2].split("s", 1)[0]) for p in polls) if polls else 0.0
-    print(f"\nsqueue polled {len(polls)} times over {span:.0f} s during the rolling controller update; "
-          f"{len(failures)} failed; slowest answer {slowest:.2f} s")
-    assert len(polls) >= 5
+    failures = poller.report("during the rolling controller update")
+    assert len(poller.polls) >= 5
     assert not failures, failures
     texts = [e["Description"] for e in c.list_cluster_events(ClusterName="ha", MaxResults=100)["Events"]]
     assert sum(t.startswith("Root volume replacement started for Instance") for t in texts) == 2
@@ -197,11 +216,7 @@ def test_replacing_the_primary_controller_keeps_jobs_running_on_compute(local_se
     srun from a compute node work afterwards."""
     state = local_server.state_dir
     c = local_server.client()
-    groups = seed_groups(2)
-    groups[0]["InstanceCount"] = 2
-    c.create_cluster(ClusterName="ha", InstanceGroups=groups)
-    d = wait_status(c, "ha", {"InService", "Failed"}, timeout=120)
-    assert d["ClusterStatus"] == "InService", d.get("FailureMessage")
+    _two_controllers(c, compute=2)
     nodes = c.list_cluster_nodes(ClusterName="ha")["ClusterNodeSummaries"]
     primary = min((n for n in nodes if n["InstanceGroupName"] == "controller-group"), key=lambda n: n["LaunchTime"])
     old_ip = c.describe_cluster_node(ClusterName="ha", NodeId=primary["InstanceId"])["NodeDetails"][
@@ -240,32 +255,12 @@ def test_replacing_both_controllers_goes_one_at_a_time(local_server):
 
     A replaced controller comes back at a new address, so a client that read slurm.conf before the change can
     time out while it retries the old address (measured and printed here, not asserted; see README)."""
-    from slurmpod.providers.local.provider import LocalProvider
-
     state = local_server.state_dir
     c = local_server.client()
-    groups = seed_groups(1)
-    groups[0]["InstanceCount"] = 2
-    c.create_cluster(ClusterName="ha", InstanceGroups=groups)
-    d = wait_status(c, "ha", {"InService", "Failed"}, timeout=120)
-    assert d["ClusterStatus"] == "InService", d.get("FailureMessage")
+    d = _two_controllers(c)
     nodes = c.list_cluster_nodes(ClusterName="ha")["ClusterNodeSummaries"]
     old = {n["InstanceId"] for n in nodes if n["InstanceGroupName"] == "controller-group"}
-    compute = next(n for n in nodes if n["InstanceGroupName"] == "compute-group")
-    runner = LocalProvider(state).runner(d["ClusterArn"].rsplit("/", 1)[1], compute["InstanceId"])
-    polls: list[tuple[float, int, float]] = []
-    stop = threading.Event()
-
-    def poll() -> None:
-        while not stop.is_set():
-            t = time.monotonic()
-            res = runner.run(["squeue", "-h"], timeout=60)
-            polls.append((t, res.returncode, time.monotonic() - t))
-            stop.wait(max(0.0, 1.0 - (time.monotonic() - t)))
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
-    try:
+    with _SqueuePoller(state, c, d["ClusterArn"]) as poller:
         out = c.batch_replace_cluster_nodes(ClusterName="ha", NodeIds=sorted(old))
         assert sorted(out["Successful"]) == sorted(old), out
         deadline = time.monotonic() + 240
@@ -281,12 +276,7 @@ def test_replacing_both_controllers_goes_one_at_a_time(local_server):
             assert time.monotonic() < deadline, now
             time.sleep(0.5)
         time.sleep(3)
-    finally:
-        stop.set()
-        poller.join(timeout=90)
-    failures = [p for p in polls if p[1] != 0]
-    print(f"\nsqueue polled {len(polls)} times while both controllers were replaced; {len(failures)} failed; "
-          f"slowest answer {max(p[2] for p in polls):.2f} s")
+    poller.report("while both controllers were replaced")
     texts = [e["Description"] for e in c.list_cluster_events(ClusterName="ha", MaxResults=100)["Events"]]
     assert any("is queued: controllers are replaced one at a time" in t for t in texts), texts
     assert in_node(state, "ha", "compute-group", "scontrol", "ping").stdout.count("is UP") == 2
