@@ -93,9 +93,57 @@ def build_runtime(settings: Settings) -> tuple[ClusterRuntime, Snapshotter | Non
             seed=settings.simulated_seed,
         )
         return SimulatedRuntime(provider, BUILTIN.image_id), None
-    from slurmpod.reconciler.slurm_runtime import build_local_runtime
-
     return build_local_runtime(settings)
+
+
+def build_local_runtime(settings: Settings) -> tuple[ClusterRuntime, Snapshotter]:
+    """The default runtime: the local namespace provider, the built-in image, file/s3/https snapshots."""
+    import json
+
+    from slurmpod.domain.legacy import PP_FILE
+    from slurmpod.lifecycle.run import resolve_entry_point
+    from slurmpod.lifecycle.snapshot import snapshot_source
+    from slurmpod.lifecycle.sources import LifecycleSourceError
+    from slurmpod.providers.local.hostcheck import check_host
+    from slurmpod.providers.ssh.routing import build_node_provider
+    from slurmpod.reconciler.accounting import AccountingService
+    from slurmpod.reconciler.slurm_runtime import SlurmRuntime
+
+    state_dir = Path(settings.state_dir)
+    check_host(state_dir, settings.local_cidr)
+    # ssh host pools (``slurmpod hosts``), when registered, serve their instance types; the rest stays local
+    provider = build_node_provider(state_dir, settings.local_cidr)
+    secret_store = SecretStore(state_dir)
+    # the accounting host is slurmpod's own service host: always on the local provider, never a pool host
+    service_provider = getattr(provider, "local", provider)
+    runtime = SlurmRuntime(provider, state_dir, BUILTIN, accounting=AccountingService(service_provider, state_dir),
+                           internal_accounting=getattr(settings, "accounting", "local") == "local",
+                           database_secret=secret_store.database_credentials)
+    ssh = getattr(provider, "ssh", None)
+    if ssh is not None:
+        runtime.remote_type = ssh.handles
+
+    def snapshotter(uri: str, entry_point: str | None) -> SnapshotInfo:
+        try:
+            roots = [Path(r) for r in settings.lifecycle_file_roots] or None
+            snap = snapshot_source(uri, runtime.snapshots_dir, s3_endpoint_url=settings.s3_endpoint_url,
+                                   file_roots=roots)
+            if entry_point:
+                resolve_entry_point(snap, entry_point)
+        except LifecycleSourceError as exc:
+            raise ValueError(str(exc)) from exc
+        pp_file = snap.path / PP_FILE
+        pp = None
+        if pp_file.is_file():
+            try:
+                pp = json.loads(pp_file.read_text())
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{PP_FILE} is not valid JSON: {exc}") from exc
+            if not isinstance(pp, dict):
+                raise ValueError(f"{PP_FILE} must hold a JSON object")
+        return SnapshotInfo(snap.digest, pp)
+
+    return runtime, snapshotter
 
 
 def build_server(settings: Settings) -> Server:

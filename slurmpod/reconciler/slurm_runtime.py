@@ -48,10 +48,11 @@ from slurmpod.providers.base import (
     TemporaryProviderError,
     VolumeMount,
 )
+from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.accounting import AccountingService, ExternalDatabase
 from slurmpod.reconciler.runtime import NodeBootError, TopologyDriftError
 from slurmpod.reconciler.topology import topology_key
-from slurmpod.secretstore import DatabaseCredentials, SecretError, SecretStore
+from slurmpod.secretstore import DatabaseCredentials, SecretError
 from slurmpod.slurm import control
 from slurmpod.slurm.conf import (
     DEFAULT_STATE_SAVE_LOCATION,
@@ -229,6 +230,9 @@ class SlurmRuntime:
     def _runner(self, cluster: ClusterRecord, node: NodeRecord) -> CommandRunner:
         return self.provider.runner(cluster.cluster_id, node.instance_id)
 
+    def _runner_of(self, cluster: ClusterRecord) -> headnodes.RunnerOf:
+        return lambda node: self._runner(cluster, node)
+
     def _primary(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> CommandRunner | None:
         """A runner on the first live controller (admin commands fail over with Slurm's own HA)."""
         ctls = [n for n in self._controllers(cluster, nodes) if n.status == InstanceStatus.RUNNING or
@@ -351,7 +355,7 @@ class SlurmRuntime:
             applied = cluster.applied_topology == self.desired_topology(cluster)
             acct = self._ensure_accounting(cluster)
             if saved and ((acct is not None and conf_value(saved, "AccountingStorageHost") != acct.host_ip)
-                          or _ctld_hosts(saved) != _ctld_hosts(self._conf(cluster, nodes, acct))):
+                          or headnodes.ctld_hosts(saved) != headnodes.ctld_hosts(self._conf(cluster, nodes, acct))):
                 # the accounting host or a controller (BatchReplace) is at a new address: same conf (user lines
                 # included), new AccountingStorageHost / SlurmctldHost lines
                 saved = render_slurm_conf(replace(self._topology(cluster, nodes, acct),
@@ -368,83 +372,10 @@ class SlurmRuntime:
         if not ctls:
             raise NodeBootError("no controller is running", retryable=True)
         if len(ctls) > 1:
-            self._wait_for_controller_in_charge(cluster, ctls)
+            headnodes.wait_for_controller_in_charge(ctls, self._runner_of(cluster))
         cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"), group.threads_per_core)
         control.start_slurmd(r, control.conf_server_arg(n.ip or "" for n in ctls), cpus, mem, group.name)
         return {}
-
-    def _refresh_controllers(self, cluster: ClusterRecord, joined: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
-        """The other live controllers restart gracefully with the conf ``joined`` started with when their
-        SlurmctldHost lines differ (a controller replaced at a new address), backups first."""
-        conf = self._saved_conf(cluster.cluster_id)
-        if not conf:
-            return
-        alive = self.alive(cluster)
-        for n in reversed(self._controllers(cluster, nodes)):
-            if n.instance_id == joined.instance_id or not alive.get(n.instance_id, False):
-                continue
-            r = self._runner(cluster, n)
-            try:
-                live = r.run(["cat", control.SLURM_CONF], timeout=30).stdout
-                if _ctld_hosts(live) != _ctld_hosts(conf):
-                    log.info("controller %s: restarting slurmctld with the new controller list", n.instance_id)
-                    control.restart_slurmctld(r, conf, render_cgroup_conf())
-            except (control.SlurmError, ProviderError) as exc:
-                log.warning("controller %s: refreshing its controller list failed: %s", n.instance_id, exc)
-
-    def _refresh_conf_servers(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> None:
-        """After a controller joins at a new address (BatchReplace): compute slurmds started with the old
-        ``--conf-server`` list are restarted with the current one (running job steps survive a slurmd restart)
-        and fetch the new slurm.conf; login nodes get the new conf copy."""
-        ips = [n.ip or "" for n in self._controllers(cluster, nodes)]
-        want = ",".join(control.conf_server_arg(ips))
-        login = {g.name for g in cluster.spec.groups_of(NodeType.LOGIN)}
-        for n in nodes:
-            group = cluster.spec.group(n.group)
-            if group is None or not n.active or "daemons" not in n.phases or not n.ip:
-                continue
-            r = self._runner(cluster, n)
-            try:
-                if n.group in login:
-                    live = r.run(["cat", control.SLURM_CONF], timeout=30).stdout
-                    if any(ip not in live for ip in ips):
-                        control.configure_login(r, self._conf(cluster, nodes))
-                    continue
-                if group.node_type not in (NodeType.COMPUTE, None):
-                    continue
-                args = r.run(["pgrep", "-a", "-x", "slurmd"], timeout=30).stdout
-                if not args or f"--conf-server {want} " in args:
-                    continue
-                log.info("node %s: restarting slurmd with --conf-server %s", n.instance_id, want)
-                control.stop_slurmd(r, timeout=20)
-                cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"),
-                                            group.threads_per_core)
-                control.start_slurmd(r, want.split(","), cpus, mem, group.name)
-            except (control.SlurmError, ProviderError) as exc:
-                log.warning("node %s: refreshing its controller list failed: %s", n.instance_id, exc)
-
-    def _wait_for_controller_in_charge(self, cluster: ClusterRecord, ctls: Sequence[NodeRecord],
-                                       timeout: float = 60.0, prefer_primary: float = 20.0) -> None:
-        """With several controllers, slurmd must not start before one is in charge: a slurmd that reaches a
-        backup still in standby can hang on the closed connection (seen with Slurm 22.05). Waits for the
-        primary (first in SlurmctldHost order); after ``prefer_primary`` seconds any live controller will do."""
-        start = time.monotonic()
-        while True:
-            states: dict[str, bool] = {}
-            for n in ctls:
-                try:
-                    states = control.ping(self._runner(cluster, n))
-                except ProviderError:
-                    continue
-                if states:
-                    break
-            first = next(iter(states.values()), False)
-            waited = time.monotonic() - start
-            if first or (waited >= prefer_primary and any(states.values())):
-                return
-            if waited >= timeout:
-                raise NodeBootError("no controller answers scontrol ping", retryable=True)
-            time.sleep(0.2)
 
     def _phase_joined(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
                       nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
@@ -452,8 +383,12 @@ class SlurmRuntime:
         if group.node_type == NodeType.CONTROLLER:
             if not any(control.ping(r).values()):
                 raise NodeBootError("slurmctld does not answer scontrol ping")
-            self._refresh_controllers(cluster, node, nodes)
-            self._refresh_conf_servers(cluster, nodes)
+            ctls = self._controllers(cluster, nodes)
+            conf = self._saved_conf(cluster.cluster_id)
+            if conf:
+                headnodes.refresh_controllers(node, ctls, self.alive(cluster), self._runner_of(cluster), conf)
+            headnodes.refresh_conf_servers(cluster.spec, nodes, ctls, self._runner_of(cluster),
+                                           lambda: self._conf(cluster, nodes))
             return {}
         if group.node_type == NodeType.LOGIN:
             res = r.run(["sinfo", "-h"], timeout=30)
@@ -603,45 +538,16 @@ class SlurmRuntime:
         except ProviderError as exc:
             raise NodeBootError(f"root volume replacement failed: {exc}") from exc
 
-    def _hand_over(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
-        """Before the controller in charge stops: ``scontrol takeover`` on a live backup, so clients never wait
-        SlurmctldTimeout for a failover (rolling updates and reboots of a multi-head group)."""
-        # the stopping controller keeps its place in SlurmctldHost order even when already marked for removal
-        ctls = sorted({n.instance_id: n for n in [*self._controllers(cluster, nodes), node] if n.ip}.values(),
-                      key=lambda n: n.seq)
-        if len(ctls) < 2:
-            return
-        alive = self.alive(cluster)
-        backups = [(i, n) for i, n in enumerate(ctls) if n.instance_id != node.instance_id
-                   and alive.get(n.instance_id, False)]
-        if not backups:
-            return
-        index, backup = backups[0]
-        r = self._runner(cluster, backup)
-        state = control.ping(r)
-        serving = [n for n in ctls if state.get(n.hostname or "", False)]
-        if not serving or serving[0].instance_id != node.instance_id:
-            return  # not the controller in charge (Slurm's rule: the first live one in SlurmctldHost order)
-        res = r.run(["scontrol", "takeover", str(index)], timeout=30)
-        if res.returncode != 0:
-            log.warning("controller %s: scontrol takeover %d failed: %s", backup.instance_id, index,
-                        (res.stderr or res.stdout).strip())
-            return
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if r.run(["squeue", "-h", "-o", "%i"], timeout=15).returncode == 0:
-                log.info("controller %s took over from %s", backup.instance_id, node.instance_id)
-                return
-            time.sleep(0.2)
-        log.warning("controller %s: did not answer within 20 s after takeover", backup.instance_id)
-
     def _graceful_stop(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord] = ()) -> None:
         group = cluster.spec.group(node.group)
         r = self._runner(cluster, node)
         try:  # slurmctld saves its state (the job queue) on the shared volume before the node goes down
             if group is not None and group.node_type == NodeType.CONTROLLER:
                 try:
-                    self._hand_over(cluster, node, nodes)
+                    # the stopping controller keeps its place in SlurmctldHost order even when marked for removal
+                    ctls = sorted({n.instance_id: n for n in [*self._controllers(cluster, nodes), node]
+                                   if n.ip}.values(), key=lambda n: n.seq)
+                    headnodes.hand_over(node, ctls, self.alive(cluster), self._runner_of(cluster))
                 except (control.SlurmError, ProviderError) as exc:  # the stop below still saves the state
                     log.warning("controller %s: hand-over failed: %s", node.instance_id, exc)
                 control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld")
@@ -717,59 +623,5 @@ class SlurmRuntime:
         return {i.instance_id: i.alive for i in self.provider.list_instances(cluster.cluster_id)}
 
 
-def _ctld_hosts(conf: str) -> list[str]:
-    """The ``SlurmctldHost=`` lines of a slurm.conf, in order."""
-    return [line.strip() for line in conf.splitlines() if line.strip().startswith("SlurmctldHost=")]
-
-
 def _compute_groups(spec: ClusterSpec) -> tuple[tuple[str, str | None], ...]:
     return tuple((g.name, g.partition) for g in spec.instance_groups if g.node_type == NodeType.COMPUTE)
-
-
-def build_local_runtime(settings: Any) -> tuple[SlurmRuntime, Any]:
-    """The default runtime: the local namespace provider, the built-in image, file/s3/https snapshots."""
-    import json
-
-    from slurmpod.domain.legacy import PP_FILE
-    from slurmpod.lifecycle.images import BUILTIN
-    from slurmpod.lifecycle.run import resolve_entry_point
-    from slurmpod.lifecycle.snapshot import snapshot_source
-    from slurmpod.providers.local.hostcheck import check_host
-    from slurmpod.providers.ssh.routing import build_node_provider
-    from slurmpod.service.clusters import SnapshotInfo
-
-    state_dir = Path(settings.state_dir)
-    check_host(state_dir, settings.local_cidr)
-    # ssh host pools (``slurmpod hosts``), when registered, serve their instance types; the rest stays local
-    provider = build_node_provider(state_dir, settings.local_cidr)
-    secret_store = SecretStore(state_dir)
-    # the accounting host is slurmpod's own service host: always on the local provider, never a pool host
-    service_provider = getattr(provider, "local", provider)
-    runtime = SlurmRuntime(provider, state_dir, BUILTIN, accounting=AccountingService(service_provider, state_dir),
-                           internal_accounting=getattr(settings, "accounting", "local") == "local",
-                           database_secret=secret_store.database_credentials)
-    ssh = getattr(provider, "ssh", None)
-    if ssh is not None:
-        runtime.remote_type = ssh.handles
-
-    def snapshotter(uri: str, entry_point: str | None) -> SnapshotInfo:
-        try:
-            roots = [Path(r) for r in settings.lifecycle_file_roots] or None
-            snap = snapshot_source(uri, runtime.snapshots_dir, s3_endpoint_url=settings.s3_endpoint_url,
-                                   file_roots=roots)
-            if entry_point:
-                resolve_entry_point(snap, entry_point)
-        except LifecycleSourceError as exc:
-            raise ValueError(str(exc)) from exc
-        pp_file = snap.path / PP_FILE
-        pp = None
-        if pp_file.is_file():
-            try:
-                pp = json.loads(pp_file.read_text())
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise ValueError(f"{PP_FILE} is not valid JSON: {exc}") from exc
-            if not isinstance(pp, dict):
-                raise ValueError(f"{PP_FILE} must hold a JSON object")
-        return SnapshotInfo(snap.digest, pp)
-
-    return runtime, snapshotter

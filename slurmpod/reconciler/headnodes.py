@@ -1,0 +1,135 @@
+"""Several head nodes: who is in charge, hand-over before a stop, and moving every daemon to a new controller list.
+
+Slurm's rules (22.05): controllers are tried in ``SlurmctldHost`` order and the first live one is in charge;
+``scontrol takeover N`` makes backup N take control at once instead of after SlurmctldTimeout. A controller
+replaced by a new instance comes back at a new address, so the other controllers, every slurmd
+(``--conf-server``) and the login nodes' conf copies must be moved to the new list.
+
+Everything here runs commands through ``runner_of(node)``; nothing touches the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from slurmpod.domain.catalog import instance_type_info, slurm_resources
+from slurmpod.domain.model import NodeRecord
+from slurmpod.domain.spec import ClusterSpec
+from slurmpod.domain.status import NodeType
+from slurmpod.providers.base import CommandRunner, ProviderError
+from slurmpod.reconciler.runtime import NodeBootError
+from slurmpod.slurm import control
+from slurmpod.slurm.conf import render_cgroup_conf
+
+log = logging.getLogger("slurmpod.runtime")
+
+RunnerOf = Callable[[NodeRecord], CommandRunner]
+
+
+def ctld_hosts(conf: str) -> list[str]:
+    """The ``SlurmctldHost=`` lines of a slurm.conf, in order."""
+    return [line.strip() for line in conf.splitlines() if line.strip().startswith("SlurmctldHost=")]
+
+
+def hand_over(node: NodeRecord, ctls: Sequence[NodeRecord], alive: Mapping[str, bool], runner_of: RunnerOf) -> None:
+    """Before the controller in charge (``node``) stops: ``scontrol takeover`` on the first live backup, so clients
+    never wait SlurmctldTimeout for a failover. ``ctls`` in SlurmctldHost order, ``node`` among them."""
+    if len(ctls) < 2:
+        return
+    backups = [(i, n) for i, n in enumerate(ctls) if n.instance_id != node.instance_id
+               and alive.get(n.instance_id, False)]
+    if not backups:
+        return
+    index, backup = backups[0]
+    r = runner_of(backup)
+    state = control.ping(r)
+    serving = [n for n in ctls if state.get(n.hostname or "", False)]
+    if not serving or serving[0].instance_id != node.instance_id:
+        return  # not the controller in charge (the first live one in SlurmctldHost order)
+    res = r.run(["scontrol", "takeover", str(index)], timeout=30)
+    if res.returncode != 0:
+        log.warning("controller %s: scontrol takeover %d failed: %s", backup.instance_id, index,
+                    (res.stderr or res.stdout).strip())
+        return
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if r.run(["squeue", "-h", "-o", "%i"], timeout=15).returncode == 0:
+            log.info("controller %s took over from %s", backup.instance_id, node.instance_id)
+            return
+        time.sleep(0.2)
+    log.warning("controller %s: did not answer within 20 s after takeover", backup.instance_id)
+
+
+def wait_for_controller_in_charge(ctls: Sequence[NodeRecord], runner_of: RunnerOf, timeout: float = 60.0,
+                                  prefer_primary: float = 20.0) -> None:
+    """With several controllers, slurmd must not start before one is in charge: a slurmd that reaches a backup
+    still in standby can hang on the closed connection (seen with Slurm 22.05). Waits for the primary (first in
+    SlurmctldHost order); after ``prefer_primary`` seconds any live controller will do."""
+    start = time.monotonic()
+    while True:
+        states: dict[str, bool] = {}
+        for n in ctls:
+            try:
+                states = control.ping(runner_of(n))
+            except ProviderError:
+                continue
+            if states:
+                break
+        first = next(iter(states.values()), False)
+        waited = time.monotonic() - start
+        if first or (waited >= prefer_primary and any(states.values())):
+            return
+        if waited >= timeout:
+            raise NodeBootError("no controller answers scontrol ping", retryable=True)
+        time.sleep(0.2)
+
+
+def refresh_controllers(joined: NodeRecord, ctls: Sequence[NodeRecord], alive: Mapping[str, bool],
+                        runner_of: RunnerOf, conf: str) -> None:
+    """The other live controllers restart gracefully with ``conf`` (the one ``joined`` started with) when their
+    SlurmctldHost lines differ (a controller replaced at a new address), backups first."""
+    for n in reversed(ctls):
+        if n.instance_id == joined.instance_id or not alive.get(n.instance_id, False):
+            continue
+        r = runner_of(n)
+        try:
+            live = r.run(["cat", control.SLURM_CONF], timeout=30).stdout
+            if ctld_hosts(live) != ctld_hosts(conf):
+                log.info("controller %s: restarting slurmctld with the new controller list", n.instance_id)
+                control.restart_slurmctld(r, conf, render_cgroup_conf())
+        except (control.SlurmError, ProviderError) as exc:
+            log.warning("controller %s: refreshing its controller list failed: %s", n.instance_id, exc)
+
+
+def refresh_conf_servers(spec: ClusterSpec, nodes: Sequence[NodeRecord], ctls: Sequence[NodeRecord],
+                         runner_of: RunnerOf, login_conf: Callable[[], str]) -> None:
+    """Compute slurmds started with another ``--conf-server`` list are restarted with the current one (running
+    job steps survive a slurmd restart) and fetch the new slurm.conf; login nodes get ``login_conf()``."""
+    ips = [n.ip or "" for n in ctls]
+    want = ",".join(control.conf_server_arg(ips))
+    login = {g.name for g in spec.groups_of(NodeType.LOGIN)}
+    for n in nodes:
+        group = spec.group(n.group)
+        if group is None or not n.active or "daemons" not in n.phases or not n.ip:
+            continue
+        r = runner_of(n)
+        try:
+            if n.group in login:
+                live = r.run(["cat", control.SLURM_CONF], timeout=30).stdout
+                if any(ip not in live for ip in ips):
+                    control.configure_login(r, login_conf())
+                continue
+            if group.node_type not in (NodeType.COMPUTE, None):
+                continue
+            args = r.run(["pgrep", "-a", "-x", "slurmd"], timeout=30).stdout
+            if not args or f"--conf-server {want} " in args:
+                continue
+            log.info("node %s: restarting slurmd with --conf-server %s", n.instance_id, want)
+            control.stop_slurmd(r, timeout=20)
+            cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"),
+                                        group.threads_per_core)
+            control.start_slurmd(r, want.split(","), cpus, mem, group.name)
+        except (control.SlurmError, ProviderError) as exc:
+            log.warning("node %s: refreshing its controller list failed: %s", n.instance_id, exc)
