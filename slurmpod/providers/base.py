@@ -79,6 +79,9 @@ class InstanceRequest:
     image_root: str  # host path of the image's read-only root filesystem ("/" for the built-in image)
     volumes: tuple[VolumeMount, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: the address to give the instance if the provider can (a replaced controller keeps its address); a hint:
+    #: a provider that cannot honour it allocates as usual
+    address: str | None = None
 
 
 @dataclass(frozen=True)

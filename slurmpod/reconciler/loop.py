@@ -251,8 +251,10 @@ class Reconciler:
         group = cluster.spec.group(action.group)
         image_id, image_release = self.image_lookup(group.image_id if group else None)
         recs = []
-        for _ in range(action.count):
+        for k in range(action.count):
             seq += 1
+            data = ({"address": action.takeover[k][0], "ctl_slot": action.takeover[k][1]}
+                    if k < len(action.takeover) else {})
             recs.append(
                 NodeRecord(
                     instance_id=ids.new_instance_id(),
@@ -265,6 +267,7 @@ class Reconciler:
                     image_id=image_id,
                     image_release=image_release,
                     lifecycle_digest=cluster.lifecycle_snapshots.get(action.group),
+                    data=data,
                 )
             )
         started = self._event(

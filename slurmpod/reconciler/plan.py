@@ -21,6 +21,8 @@ from slurmpod.reconciler.rolling import RollingAction, plan_scheduled_updates, p
 class CreateNodes:
     group: str
     count: int
+    #: (address, SlurmctldHost slot) of departing controllers: new controllers take them over, one each
+    takeover: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,12 @@ def _controllers_ready(spec: ClusterSpec, nodes: Sequence[NodeRecord]) -> bool:
     return any(n.group in ctl_groups and n.status == InstanceStatus.RUNNING for n in nodes)
 
 
+def controller_slot(node: NodeRecord) -> int:
+    """A controller's place in SlurmctldHost order: launch order, or the slot of the controller it replaced."""
+    slot = node.data.get("ctl_slot")
+    return int(slot) if isinstance(slot, int) else node.seq
+
+
 def _removal_order(nodes: Sequence[NodeRecord]) -> list[NodeRecord]:
     """Unhealthy (not Running) first, then the newest."""
     return sorted(nodes, key=lambda n: (n.status == InstanceStatus.RUNNING, -n.seq))
@@ -134,7 +142,13 @@ def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
         mine = [n for n in nodes if n.group == g.name]
         is_ctl = g.name in ctl_groups
         if len(mine) < g.instance_count:
-            actions.append(CreateNodes(g.name, g.instance_count - len(mine)))
+            takeover: tuple[tuple[str, int], ...] = ()
+            if is_ctl:  # a replaced controller's address and slot go to its successor: clients keep working
+                claimed = {n.ip for n in mine} | {n.data.get("address") for n in mine}
+                takeover = tuple(dict.fromkeys(
+                    (n.ip, controller_slot(n)) for n in obs.nodes
+                    if n.group == g.name and not n.active and n.ip and n.ip not in claimed))
+            actions.append(CreateNodes(g.name, g.instance_count - len(mine), takeover))
         if len(mine) > g.instance_count:
             for n in _removal_order(mine)[: len(mine) - g.instance_count]:
                 actions.append(RemoveNode(n.instance_id, f"instance group {g.name} scaled down"))
@@ -157,6 +171,9 @@ def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
                 converged = False
                 # before the controller is up, a node may still launch and run baseline + OnCreate
                 may_boot = is_ctl or (ctl_ready and topology_ok) or "on_create" not in n.phases
+                if n.data.get("address") and any(o.ip == n.data["address"] and o.instance_id != n.instance_id
+                                                  for o in obs.nodes):
+                    may_boot = False  # its predecessor still holds the address it takes over
                 if may_boot and n.instance_id not in obs.busy and n.next_attempt <= obs.now:
                     actions.append(BootNode(n.instance_id))
             elif n.status != InstanceStatus.RUNNING:

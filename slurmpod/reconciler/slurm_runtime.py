@@ -50,6 +50,7 @@ from slurmpod.providers.base import (
 )
 from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.accounting import AccountingService, ExternalDatabase
+from slurmpod.reconciler.plan import controller_slot
 from slurmpod.reconciler.runtime import NodeBootError, TopologyDriftError
 from slurmpod.reconciler.topology import topology_key
 from slurmpod.secretstore import DatabaseCredentials, SecretError
@@ -167,7 +168,7 @@ class SlurmRuntime:
     @staticmethod
     def _controllers(cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> list[NodeRecord]:
         ctl = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
-        return sorted((n for n in nodes if n.group in ctl and n.ip and n.active), key=lambda n: n.seq)
+        return sorted((n for n in nodes if n.group in ctl and n.ip and n.active), key=controller_slot)
 
     def _external_db(self, cluster: ClusterRecord) -> ExternalDatabase | None:
         """The cluster's AccountingDatabase with its credentials, or None (the host's own MariaDB)."""
@@ -272,6 +273,7 @@ class SlurmRuntime:
             image_root=self.image_lookup(node.image_id).root,
             volumes=volumes,
             labels={"slurmpod/cluster": cluster.name, "slurmpod/group": node.group},
+            address=node.data.get("address") if group.node_type == NodeType.CONTROLLER else None,
         )
 
     def _phase_launched(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
@@ -546,7 +548,7 @@ class SlurmRuntime:
                 try:
                     # the stopping controller keeps its place in SlurmctldHost order even when marked for removal
                     ctls = sorted({n.instance_id: n for n in [*self._controllers(cluster, nodes), node]
-                                   if n.ip}.values(), key=lambda n: n.seq)
+                                   if n.ip}.values(), key=controller_slot)
                     headnodes.hand_over(node, ctls, self.alive(cluster), self._runner_of(cluster))
                 except (control.SlurmError, ProviderError) as exc:  # the stop below still saves the state
                     log.warning("controller %s: hand-over failed: %s", node.instance_id, exc)

@@ -201,7 +201,7 @@ def test_rolling_update_of_two_controllers_keeps_squeue_answering(local_server, 
         assert g["SoftwareUpdateStatus"] == "Succeeded", d.get("FailureMessage")
         time.sleep(3)  # the replaced primary takes control back: keep polling through that too
     failures = poller.report("during the rolling controller update")
-    assert len(poller.polls) >= 5
+    assert len(poller.polls) >= 3  # one poll can take ~6-7 s while control moves
     assert not failures, failures
     texts = [e["Description"] for e in c.list_cluster_events(ClusterName="ha", MaxResults=100)["Events"]]
     assert sum(t.startswith("Root volume replacement started for Instance") for t in texts) == 2
@@ -210,9 +210,9 @@ def test_rolling_update_of_two_controllers_keeps_squeue_answering(local_server, 
     assert in_node(state, "ha", "compute-group", "scontrol", "ping").stdout.count("is UP") == 2
 
 
-def test_replacing_the_primary_controller_keeps_jobs_running_on_compute(local_server):
-    """BatchReplaceClusterNodes of the primary: a new instance at a new address joins as a controller, the others
-    learn it (slurm.conf re-rendered, compute slurmds restarted with the new --conf-server list), and jobs and
+def test_replacing_the_primary_controller_keeps_its_address(local_server):
+    """BatchReplaceClusterNodes of the primary: a new instance takes over the old one's address, hostname and
+    SlurmctldHost slot, so slurm.conf, the other controller and every slurmd keep working unchanged; jobs and
     srun from a compute node work afterwards."""
     state = local_server.state_dir
     c = local_server.client()
@@ -221,6 +221,7 @@ def test_replacing_the_primary_controller_keeps_jobs_running_on_compute(local_se
     primary = min((n for n in nodes if n["InstanceGroupName"] == "controller-group"), key=lambda n: n["LaunchTime"])
     old_ip = c.describe_cluster_node(ClusterName="ha", NodeId=primary["InstanceId"])["NodeDetails"][
         "PrivatePrimaryIp"]
+    slurmd_before = in_node(state, "ha", "compute-group", "pgrep", "-x", "slurmd").stdout.split()
     c.batch_replace_cluster_nodes(ClusterName="ha", NodeIds=[primary["InstanceId"]])
     deadline = time.monotonic() + 180
     while True:
@@ -231,30 +232,27 @@ def test_replacing_the_primary_controller_keeps_jobs_running_on_compute(local_se
             break
         assert time.monotonic() < deadline, now
         time.sleep(1)
-    new = next(n for n in ctl if n["InstanceId"] != primary["InstanceId"] and n["LaunchTime"] > primary["LaunchTime"])
+    new = next(n for n in ctl if n["LaunchTime"] > primary["LaunchTime"])
+    assert new["InstanceId"] != primary["InstanceId"]
+    assert new["PrivateDnsHostname"] == primary["PrivateDnsHostname"]
     new_ip = c.describe_cluster_node(ClusterName="ha", NodeId=new["InstanceId"])["NodeDetails"]["PrivatePrimaryIp"]
-    assert new_ip != old_ip
-    # every compute slurmd now names the new controller; jobs and srun work from a compute node
+    assert new_ip == old_ip
+    conf = in_node(state, "ha", "compute-group", "cat", "/var/lib/slurm/slurmd/conf-cache/slurm.conf").stdout
+    assert f"SlurmctldHost={primary['PrivateDnsHostname']}({old_ip})" in conf.splitlines()[:20] or old_ip in conf
+    # the compute node's slurmd was not restarted: nothing it knows changed
+    assert in_node(state, "ha", "compute-group", "pgrep", "-x", "slurmd").stdout.split() == slurmd_before
     deadline = time.monotonic() + 60
-    while True:
-        args = in_node(state, "ha", "compute-group", "pgrep", "-a", "-x", "slurmd").stdout
-        conf = in_node(state, "ha", "compute-group", "cat", "/var/lib/slurm/slurmd/conf-cache/slurm.conf").stdout
-        if new_ip in args and old_ip not in args and new_ip in conf:
-            break
-        assert time.monotonic() < deadline, (args, conf)
-        time.sleep(1)
-    ping = in_node(state, "ha", "compute-group", "scontrol", "ping").stdout
-    assert ping.count("is UP") == 2, ping
+    while in_node(state, "ha", "compute-group", "scontrol", "ping").stdout.count("is UP") != 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
     r = in_node(state, "ha", "compute-group", "bash", "-c", "srun -N2 hostname | sort | uniq | wc -l", timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "2", (r.stdout, r.stderr)
 
 
 def test_replacing_both_controllers_goes_one_at_a_time(local_server):
     """BatchReplaceClusterNodes naming both controllers: the second waits until the first's replacement runs,
-    so a controller always serves (seen through the API every 0.5 s and by `scontrol ping` at the end).
-
-    A replaced controller comes back at a new address, so a client that read slurm.conf before the change can
-    time out while it retries the old address (measured and printed here, not asserted; see README)."""
+    so a controller always serves (seen through the API every 0.5 s and by `scontrol ping` at the end); each
+    successor keeps its predecessor's address, and squeue polled every second from a compute node never fails."""
     state = local_server.state_dir
     c = local_server.client()
     d = _two_controllers(c)
@@ -276,7 +274,8 @@ def test_replacing_both_controllers_goes_one_at_a_time(local_server):
             assert time.monotonic() < deadline, now
             time.sleep(0.5)
         time.sleep(3)
-    poller.report("while both controllers were replaced")
+    failures = poller.report("while both controllers were replaced")
+    assert not failures, failures
     texts = [e["Description"] for e in c.list_cluster_events(ClusterName="ha", MaxResults=100)["Events"]]
     assert any("is queued: controllers are replaced one at a time" in t for t in texts), texts
     assert in_node(state, "ha", "compute-group", "scontrol", "ping").stdout.count("is UP") == 2

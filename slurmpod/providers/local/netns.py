@@ -83,6 +83,15 @@ def default_route_via(subnet: str) -> str:
     return str(base + DEAD_GATEWAY) if forwarding else gateway_ip(subnet)
 
 
+def assignable(subnet: str, ip: str) -> bool:
+    """``ip`` is an instance address of ``subnet`` (inside the range instances get)."""
+    try:
+        offset = int(ipaddress.IPv4Address(ip)) - int(ipaddress.IPv4Network(subnet).network_address)
+    except ValueError:
+        return False
+    return FIRST_HOST <= offset <= LAST_HOST
+
+
 def allocate_ip(subnet: str, used: set[str], next_host: int) -> tuple[str, int]:
     """The first free address at or after ``.next_host`` (wrapping), so released ones are reused late."""
     base = ipaddress.IPv4Network(subnet).network_address

@@ -162,9 +162,13 @@ class LocalProvider:
             net = read_json(self.layout.network(cid), None)
             if net is None:
                 raise TemporaryProviderError(f"cluster {cid} is not prepared")
-            ip, nxt = netns.allocate_ip(net["subnet"], set(net["ips"].values()), net["next"])
+            used = set(net["ips"].values())
+            if request.address and request.address not in used and netns.assignable(net["subnet"], request.address):
+                ip = request.address  # a replaced controller keeps its address (and so its hostname)
+            else:
+                ip, nxt = netns.allocate_ip(net["subnet"], used, net["next"])
+                net["next"] = nxt
             net["ips"][iid] = ip
-            net["next"] = nxt
             rec = InstanceRecord(
                 cluster_id=cid, instance_id=iid, group=request.group, instance_type=request.instance_type,
                 image_id=request.image_id, image_root=request.image_root,
