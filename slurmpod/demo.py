@@ -161,6 +161,16 @@ def run_demo(state: Path, port: int) -> int:
         time.sleep(0.5)
     out = _in_node(state, db, "cat", f"/home/slurm-{job}.out").stdout.strip()
     console.print(f"job {job} completed; its output (slurm-{job}.out): [bold green]{out}[/]")
+    console.rule(f"4. sacct -j {job} (accounting: slurmdbd + MariaDB on the cluster's accounting host)")
+    deadline = time.monotonic() + 30
+    acct = ""
+    while time.monotonic() < deadline:  # the record reaches slurmdbd a moment after the job ends
+        acct = _in_node(state, db, "sacct", "-X", "-j", job, "-o", "JobID,JobName,Partition,State,Elapsed,NodeList"
+                        ).stdout
+        if "COMPLETED" in acct:
+            break
+        time.sleep(0.5)
+    console.print(acct or "[yellow]sacct shows nothing (is the server running with --accounting none?)[/]")
     nodes = client.list_cluster_nodes(ClusterName=CLUSTER)["ClusterNodeSummaries"]
     ctl = next(n for n in nodes if n["InstanceGroupName"] == "controller-group")
     cred = _credential(state)

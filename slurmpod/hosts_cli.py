@@ -16,7 +16,6 @@ from typing import Any
 
 from slurmpod.providers.base import ProviderError
 from slurmpod.providers.ssh.pool import HostPool, HostRecord, PoolError, check_pool_name, host_name, parse_target
-from slurmpod.providers.ssh.session import SshSessions, Target, key_fingerprint
 from slurmpod.settings import default_state_dir
 
 
@@ -59,6 +58,9 @@ def run_hosts(args: argparse.Namespace) -> int:
 
 
 def _add(pool: HostPool, args: argparse.Namespace) -> int:
+    # asyncssh is imported only by commands that contact a host: every other command starts without it
+    from slurmpod.providers.ssh.session import SshSessions, Target, key_fingerprint
+
     user, host, port = parse_target(args.target)
     check_pool_name(args.pool)
     if not args.instance_type.startswith("ml."):
