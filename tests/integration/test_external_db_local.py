@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from slurmpod.slurm.accounting import accounting_instance_id
-from tests.integration.conftest import _delete_all, in_node
+from tests.integration.conftest import in_node
 from tests.integration.test_accounting_local import _wait_sacct
 from tests.serverproc import ROLE, ServerProcess, free_port, wait_status
 
@@ -92,17 +92,6 @@ def external_db(tmp_path: Path) -> Iterator[ExternalDb]:
         subprocess.run(["ip", "link", "del", link], timeout=10)
 
 
-@pytest.fixture
-def server(local_state: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(local_state, free_port(), "--provider", "local")
-    srv.start()
-    try:
-        yield srv
-    finally:
-        _delete_all(srv)
-        srv.stop()
-
-
 def _groups() -> list[dict[str, object]]:
     return [
         {"InstanceGroupName": "controller", "InstanceType": "ml.t3.medium", "InstanceCount": 1,
@@ -113,8 +102,10 @@ def _groups() -> list[dict[str, object]]:
 
 
 @pytest.mark.integration
-def test_sacct_rows_land_in_the_external_database(server: ServerProcess, external_db: ExternalDb,
+# external_db comes first: it is torn down after the cluster, whose slurmctld flushes to slurmdbd when it stops
+def test_sacct_rows_land_in_the_external_database(external_db: ExternalDb, local_server: ServerProcess,
                                                    tmp_path: Path) -> None:
+    server = local_server
     state = server.state_dir
     secret_file = tmp_path / "secret.json"
     secret_file.write_text(json.dumps({"username": USER, "password": PASSWORD}))
