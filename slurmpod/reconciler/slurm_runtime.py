@@ -28,7 +28,7 @@ from typing import Any
 from slurmpod.domain.catalog import instance_type_info, slurm_resources
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, LifeCycleConfig
-from slurmpod.domain.status import InstanceStatus, NodeType, SlurmConfigStrategy
+from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType, SlurmConfigStrategy
 from slurmpod.domain.validation import effective_strategy
 from slurmpod.lifecycle.images import Image
 from slurmpod.lifecycle.resource_config import (
@@ -364,6 +364,9 @@ class SlurmRuntime:
                                                   user_lines=extract_user_lines(saved)))
             # a controller whose root volume was replaced gets the conf it ran (user lines included) back
             conf = saved if saved and applied else self._conf(cluster, nodes, acct)
+            ctls = self._controllers(cluster, nodes)
+            if ctls and ctls[0].instance_id != node.instance_id:
+                _wait_for_shared_state(r)
             control.start_slurmctld(r, conf, render_cgroup_conf())
             self._save_conf(cluster.cluster_id, conf)
             return {"applied_topology": self.desired_topology(cluster)}
@@ -452,9 +455,11 @@ class SlurmRuntime:
         group = cluster.spec.group(node.group) or (cluster.last_good_spec.group(node.group)
                                                    if cluster.last_good_spec else None)
         is_compute = group is None or group.node_type in (NodeType.COMPUTE, None)
-        if group is not None and group.node_type == NodeType.CONTROLLER and "daemons" in node.phases and \
-                self.alive(cluster).get(node.instance_id, False):
-            self._graceful_stop(cluster, node, nodes)  # the controller in charge hands over first
+        # a controller leaving a cluster that stays hands over first (not when the whole cluster goes away)
+        staying = cluster.status not in (ClusterStatus.DELETING, ClusterStatus.ROLLING_BACK)
+        if staying and group is not None and group.node_type == NodeType.CONTROLLER and "daemons" in node.phases \
+                and self.alive(cluster).get(node.instance_id, False):
+            self._graceful_stop(cluster, node, nodes)
         if is_compute and node.hostname and "daemons" in node.phases:
             primary = self._primary(cluster, [n for n in nodes if n.instance_id != node.instance_id])
             if primary is not None:
@@ -623,6 +628,18 @@ class SlurmRuntime:
 
     def alive(self, cluster: ClusterRecord) -> Mapping[str, bool]:
         return {i.instance_id: i.alive for i in self.provider.list_instances(cluster.cluster_id)}
+
+
+def _wait_for_shared_state(r: CommandRunner, timeout: float = 30.0) -> None:
+    """A backup controller starts only once the shared StateSaveLocation is initialised: two slurmctlds creating
+    its ``clustername`` file at once can read it half-written and die ("CLUSTER NAME MISMATCH", seen here)."""
+    path = f"{DEFAULT_STATE_SAVE_LOCATION}/clustername"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if r.run(["test", "-s", path], timeout=10).returncode == 0:
+            return
+        time.sleep(0.2)
+    log.warning("%s still missing after %.0f s; starting slurmctld anyway", path, timeout)
 
 
 def _compute_groups(spec: ClusterSpec) -> tuple[tuple[str, str | None], ...]:
