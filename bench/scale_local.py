@@ -88,8 +88,7 @@ def run(runs: int, workdir: Path | None = None, progress: Progress = print, quic
                              f"{box[0].per_node_mib:.2f} MiB/node over {box[0].nodes} nodes")
     except BaseException:
         if server.log.exists():
-            progress("---- server log tail ----\n" + "\n".join(server.log.read_text(errors="replace")
-                                                             .splitlines()[-30:]))
+            progress(server.log_tail())
         raise
     finally:
         try:

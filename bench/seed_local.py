@@ -69,9 +69,9 @@ def run(runs: int, workdir: Path | None = None, progress: Progress = print,
                     floor_runs.append(f)
                     progress(f"run {i + 1}/{runs} floor:    all idle  {f.all_idle:.2f}s, job done {f.job_done:.2f}s")
     except BaseException:
-        if server.log.exists():
-            tail = "\n".join(server.log.read_text(errors="replace").splitlines()[-30:])
-            progress(f"---- server log tail ----\n{tail}")
+        for srv in (server, acct_server):
+            if srv.log.exists():
+                progress(srv.log_tail())
         raise
     finally:
         for srv in (server, acct_server):

@@ -71,6 +71,12 @@ class BenchServer:
                 time.sleep(0.05)
         raise RuntimeError(f"slurmpod server did not listen on port {self.port} within {START_TIMEOUT:.0f}s")
 
+    def log_tail(self, lines: int = 30) -> str:
+        """The end of the server log, for a failed run's report."""
+        if not self.log.exists():
+            return ""
+        return "---- server log tail ----\n" + "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return

@@ -118,8 +118,7 @@ def run(runs: int, workdir: Path | None = None, progress: Progress = print, quic
             progress(f"rolling {rolling_size} nodes, batch 2 (run {i + 1}): InService+UpToDate {r.done:.2f}s")
     except BaseException:
         if server.log.exists():
-            progress("---- server log tail ----\n" + "\n".join(server.log.read_text(errors="replace")
-                                                             .splitlines()[-30:]))
+            progress(server.log_tail())
         raise
     finally:
         _stop_and_clean(server, root, progress)

@@ -18,7 +18,7 @@ import re
 import secrets
 import string
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +83,14 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def secret_file(path: Path, make: Callable[[], bytes]) -> bytes:
+    """The content of ``path``, created once from ``make()`` (mode 0600, atomic): per-cluster keys and passwords.
+    Callers serialise concurrent first calls for the same path."""
+    if not path.exists():
+        _atomic_write(path, make())
+    return path.read_bytes()
 
 
 class SecretStore:

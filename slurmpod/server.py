@@ -105,7 +105,7 @@ def build_local_runtime(settings: Settings) -> tuple[ClusterRuntime, Snapshotter
     from slurmpod.lifecycle.snapshot import snapshot_source
     from slurmpod.lifecycle.sources import LifecycleSourceError
     from slurmpod.providers.local.hostcheck import check_host
-    from slurmpod.providers.ssh.routing import build_node_provider
+    from slurmpod.providers.ssh.routing import PooledProvider, build_node_provider
     from slurmpod.reconciler.accounting import AccountingService
     from slurmpod.reconciler.slurm_runtime import SlurmRuntime
 
@@ -115,13 +115,11 @@ def build_local_runtime(settings: Settings) -> tuple[ClusterRuntime, Snapshotter
     provider = build_node_provider(state_dir, settings.local_cidr)
     secret_store = SecretStore(state_dir)
     # the accounting host is slurmpod's own service host: always on the local provider, never a pool host
-    service_provider = getattr(provider, "local", provider)
+    service_provider = provider.local if isinstance(provider, PooledProvider) else provider
     runtime = SlurmRuntime(provider, state_dir, BUILTIN, accounting=AccountingService(service_provider, state_dir),
                            internal_accounting=getattr(settings, "accounting", "local") == "local",
-                           database_secret=secret_store.database_credentials)
-    ssh = getattr(provider, "ssh", None)
-    if ssh is not None:
-        runtime.remote_type = ssh.handles
+                           database_secret=secret_store.database_credentials,
+                           remote_type=provider.ssh.handles if isinstance(provider, PooledProvider) else None)
 
     def snapshotter(uri: str, entry_point: str | None) -> SnapshotInfo:
         try:

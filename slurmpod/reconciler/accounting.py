@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import secrets
 import threading
 import time
@@ -41,6 +40,7 @@ from slurmpod.providers.base import (
     ProviderInstance,
     VolumeMount,
 )
+from slurmpod.secretstore import secret_file
 from slurmpod.slurm import accounting as acct
 from slurmpod.slurm import control
 from slurmpod.slurm.conf import SLURMDBD_PORT, AccountingConfig
@@ -168,14 +168,7 @@ class AccountingService:
         """The cluster's database password: made once, kept in a 0600 file in the cluster's state dir."""
         d = self.dir / cluster_id
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = d / PASSWORD_FILE
-        if not path.exists():
-            tmp = path.with_suffix(".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_urlsafe(24))
-            os.replace(tmp, path)
-        return path.read_text().strip()
+        return secret_file(d / PASSWORD_FILE, lambda: secrets.token_urlsafe(24).encode()).decode().strip()
 
     # ---- steps --------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from slurmpod.domain.catalog import instance_type_info, slurm_resources
 from slurmpod.domain.model import NodeRecord
-from slurmpod.domain.spec import ClusterSpec
+from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec
 from slurmpod.domain.status import NodeType
 from slurmpod.providers.base import CommandRunner, ProviderError
 from slurmpod.reconciler.runtime import NodeBootError
@@ -103,6 +103,12 @@ def refresh_controllers(joined: NodeRecord, ctls: Sequence[NodeRecord], alive: M
             log.warning("controller %s: refreshing its controller list failed: %s", n.instance_id, exc)
 
 
+def start_compute_slurmd(r: CommandRunner, conf_servers: Sequence[str], group: InstanceGroupSpec) -> None:
+    """A compute group's dynamic slurmd: CPUs/RealMemory from the instance-type catalogue, Feature=<group>."""
+    cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"), group.threads_per_core)
+    control.start_slurmd(r, conf_servers, cpus, mem, group.name)
+
+
 def refresh_conf_servers(spec: ClusterSpec, nodes: Sequence[NodeRecord], ctls: Sequence[NodeRecord],
                          runner_of: RunnerOf, login_conf: Callable[[], str]) -> None:
     """Compute slurmds started with another ``--conf-server`` list are restarted with the current one (running
@@ -128,8 +134,6 @@ def refresh_conf_servers(spec: ClusterSpec, nodes: Sequence[NodeRecord], ctls: S
                 continue
             log.info("node %s: restarting slurmd with --conf-server %s", n.instance_id, want)
             control.stop_slurmd(r, timeout=20)
-            cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"),
-                                        group.threads_per_core)
-            control.start_slurmd(r, want.split(","), cpus, mem, group.name)
+            start_compute_slurmd(r, want.split(","), group)
         except (control.SlurmError, ProviderError) as exc:
             log.warning("node %s: refreshing its controller list failed: %s", n.instance_id, exc)

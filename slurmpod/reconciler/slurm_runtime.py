@@ -25,7 +25,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from slurmpod.domain.catalog import instance_type_info, slurm_resources
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, LifeCycleConfig
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType, SlurmConfigStrategy
@@ -53,7 +52,7 @@ from slurmpod.reconciler.accounting import AccountingService, ExternalDatabase
 from slurmpod.reconciler.plan import controller_slot
 from slurmpod.reconciler.runtime import NodeBootError, TopologyDriftError
 from slurmpod.reconciler.topology import topology_key
-from slurmpod.secretstore import DatabaseCredentials, SecretError
+from slurmpod.secretstore import DatabaseCredentials, SecretError, secret_file
 from slurmpod.slurm import control
 from slurmpod.slurm.conf import (
     DEFAULT_STATE_SAVE_LOCATION,
@@ -91,7 +90,8 @@ class SlurmRuntime:
     def __init__(self, provider: Provider, state_dir: Path, image: Image, *, join_timeout: float = JOIN_TIMEOUT,
                  image_lookup: Callable[[str | None], Image] | None = None,
                  accounting: AccountingService | None = None, internal_accounting: bool = True,
-                 database_secret: Callable[[str], DatabaseCredentials] | None = None):
+                 database_secret: Callable[[str], DatabaseCredentials] | None = None,
+                 remote_type: Callable[[str], bool] | None = None):
         self.provider = provider
         #: slurmdbd on a per-cluster service host (None: AccountingStorageType=accounting_storage/none)
         self.accounting = accounting
@@ -100,7 +100,7 @@ class SlurmRuntime:
         #: resolves AccountingDatabase.SecretArn (the secret store)
         self.database_secret = database_secret
         #: instance types whose instances run on other machines (ssh pools): no route to local service hosts
-        self.remote_type: Callable[[str], bool] = lambda _type: False
+        self.remote_type: Callable[[str], bool] = remote_type or (lambda _type: False)
         self._accounting_skipped: set[str] = set()
         self.image_lookup = image_lookup or (lambda _id: image)
         self.name = provider.name
@@ -122,14 +122,7 @@ class SlurmRuntime:
             return self._munge_key(cluster_id)
 
     def _munge_key(self, cluster_id: str) -> bytes:
-        path = self._cluster_dir(cluster_id) / "munge.key"
-        if not path.exists():
-            tmp = path.with_suffix(".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(1024))
-            os.replace(tmp, path)
-        return path.read_bytes()
+        return secret_file(self._cluster_dir(cluster_id) / "munge.key", lambda: secrets.token_bytes(1024))
 
     def ssh_key(self, cluster_id: str) -> tuple[bytes, bytes]:
         with self._secrets_lock:
@@ -378,8 +371,7 @@ class SlurmRuntime:
             raise NodeBootError("no controller is running", retryable=True)
         if len(ctls) > 1:
             headnodes.wait_for_controller_in_charge(ctls, self._runner_of(cluster))
-        cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"), group.threads_per_core)
-        control.start_slurmd(r, control.conf_server_arg(n.ip or "" for n in ctls), cpus, mem, group.name)
+        headnodes.start_compute_slurmd(r, control.conf_server_arg(n.ip or "" for n in ctls), group)
         return {}
 
     def _phase_joined(self, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,

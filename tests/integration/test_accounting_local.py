@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +22,8 @@ from slurmpod.slurm.accounting import (
     render_slurmdbd_conf,
     slurm_user_sql,
 )
-from tests.integration.conftest import _delete_all, in_node
-from tests.serverproc import ServerProcess, free_port, seed_groups, wait_status
+from tests.integration.conftest import in_node
+from tests.serverproc import ServerProcess, seed_groups, wait_status
 
 # ---- unit tests of the pure builders ---------------------------------------------------------------------
 
@@ -63,20 +62,12 @@ def test_instance_id_is_deterministic() -> None:
 
 
 @pytest.fixture
-def acct_server(local_state: Path) -> Iterator[ServerProcess]:
+def acct_server(local_server: ServerProcess) -> ServerProcess:
+    """The shared real-server fixture (accounting is on by default), skipped without Debian's accounting packages."""
     for tool in ("mariadbd", "slurmdbd", "mariadb-install-db"):
         if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
             pytest.skip(f"{tool} not installed (apt-get install -y slurmdbd mariadb-server)")
-    srv = ServerProcess(local_state, free_port(), "--provider", "local", "--accounting", "local")
-    srv.start()
-    try:
-        yield srv
-    finally:
-        _delete_all(srv)
-        srv.stop()
-        log = local_state / "server.log"
-        if log.exists():
-            print("---- server log tail ----\n" + "\n".join(log.read_text().splitlines()[-40:]))
+    return local_server
 
 
 def _sacct_state(state: Path, cluster: str, job: str) -> str:
