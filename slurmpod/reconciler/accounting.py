@@ -220,9 +220,11 @@ class AccountingService:
                 # ever starts after the marker exists, so no accounting data is lost; stop a stray one anyway)
                 control.stop_daemon(r, acct.SLURMDBD_PID_FILE, "slurmdbd", timeout=30)
                 # an init interrupted by a server crash may still be running in the node: end it first
-                _run(r, ["sh", "-c", "pkill -9 -f mariadb-install-db; pkill -9 -x mariadbd; "
-                         "for i in $(seq 50); do pgrep -x mariadbd >/dev/null || pgrep -f mariadb-install-db "
-                         ">/dev/null || exit 0; sleep 0.1; done; exit 1"])
+                # ('[m]ariadb…' so the pattern never matches the shell that carries it: killing that shell first
+                # left a bootstrap mariadbd writing the datadir while it was re-initialised -> root access denied)
+                _run(r, ["sh", "-c", "pkill -9 -x mariadbd; pkill -9 -f '[m]ariadb-install-db'; "
+                         "for i in $(seq 50); do pgrep -x mariadbd >/dev/null || "
+                         "pgrep -f '[m]ariadb-install-db' >/dev/null || exit 0; sleep 0.1; done; exit 1"])
                 _check(r, ["find", acct.MYSQL_DATADIR, "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf",
                            "{}", "+"], "clearing the datadir")
                 _check(r, acct.install_db_argv(), "mariadb-install-db", timeout=180)
