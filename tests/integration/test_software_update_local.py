@@ -98,10 +98,16 @@ def test_rolling_batches_of_two(local_server, tmp_path):
     new = _publish(state, tmp_path)
     most = [0]
     stop = threading.Event()
+    from slurmpod.providers.local.provider import LocalProvider
+
+    ctl = next(n for n in c.list_cluster_nodes(ClusterName="roll")["ClusterNodeSummaries"]
+               if n["InstanceGroupName"] == "controller-group")
+    # in-process nsenter: a sample costs milliseconds (a CLI start per sample could miss a 1.5 s update)
+    runner = LocalProvider(state).runner(d["ClusterArn"].rsplit("/", 1)[1], ctl["InstanceId"])
 
     def watch() -> None:
         while not stop.is_set():
-            out = in_node(state, "roll", None, "sinfo", "-h", "-N", "-o", "%N %t").stdout
+            out = runner.run(["sinfo", "-h", "-N", "-o", "%N %t"], timeout=30).stdout
             states = dict(line.split() for line in out.splitlines())  # a node is listed once per partition
             drained = sum(1 for st in states.values() if st.startswith(("drain", "drng", "down")))
             most[0] = max(most[0], drained)
