@@ -16,8 +16,10 @@ from starlette.routing import BaseRoute, Route
 
 from slurmpod import metrics
 from slurmpod.api import protocol
+from slurmpod.api.contract.conform import conform_output
+from slurmpod.api.contract.model import get_model
+from slurmpod.api.contract.validate import raise_for_input
 from slurmpod.api.handlers import HANDLERS
-from slurmpod.api.model import conform_output, get_model, raise_for_input
 from slurmpod.errors import InternalFailure, NotImplementedOperation, ServiceError, UnknownOperationException
 from slurmpod.service.clusters import Caller, ClusterService
 

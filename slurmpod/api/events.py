@@ -14,7 +14,7 @@ from typing import Any
 
 import botocore.model
 
-from slurmpod.api.model import get_model
+from slurmpod.api.contract.model import get_model
 from slurmpod.api.pagination import decode_token, encode_token
 from slurmpod.domain.model import ClusterRecord, EventRecord
 from slurmpod.domain.status import ResourceType
