@@ -1,8 +1,8 @@
-"""``SqlStore``: clusters, nodes and events in one SQL database.
+"""``SqlStore``: clusters, nodes, events and settings in one SQL database (implements ``store.protocol.Store``).
 
 Every update of a cluster or node row is guarded by its ``version`` column (``WHERE version = :expected``);
-losing a race raises ``VersionConflict`` and the caller re-reads. SQLite runs in WAL mode with a busy
-timeout so the API threads and the reconciler can share one file.
+losing a race raises ``VersionConflict`` and the caller re-reads (``store.retry.retry_on_conflict``). The engine
+and migrations are in ``store.engine``, the row <-> record mappers in ``store.rows``.
 """
 
 from __future__ import annotations
@@ -12,194 +12,28 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import (
-    Engine,
-    and_,
-    bindparam,
-    create_engine,
-    delete,
-    event,
-    func,
-    insert,
-    select,
-    text,
-    tuple_,
-    update,
-)
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy import and_, bindparam, delete, func, insert, select, text, tuple_, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from slurmpod.domain.model import ClusterRecord, EventRecord, GroupState, NodeRecord, SoftwareUpdate
-from slurmpod.domain.spec import spec_from_dict, to_dict
-from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, ResourceType
+from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.status import InstanceStatus
 from slurmpod.errors import ResourceInUse, VersionConflict
+from slurmpod.store.engine import make_engine, migrate
+from slurmpod.store.rows import (
+    cluster_from_row,
+    cluster_values,
+    dump,
+    event_from_row,
+    event_values,
+    node_from_row,
+    node_values,
+)
 from slurmpod.store.tables import clusters, events, nodes, settings_kv
 
-_ALEMBIC_INI = Path(__file__).with_name("alembic.ini")
-
-
-def make_engine(url: str) -> Engine:
-    if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.close()
-
-        return engine
-    return create_engine(url, pool_pre_ping=True)
-
-
-def migrate(engine: Engine) -> None:
-    """Brings the schema to the newest alembic revision."""
-    cfg = Config(str(_ALEMBIC_INI))
-    cfg.set_main_option("script_location", str(_ALEMBIC_INI.parent / "migrations"))
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _cluster_from_row(row: Row[Any]) -> ClusterRecord:
-    m = row._mapping
-    return ClusterRecord(
-        cluster_id=m["cluster_id"],
-        account_id=m["account_id"],
-        region=m["region"],
-        name=m["name"],
-        arn=m["arn"],
-        spec=spec_from_dict(json.loads(m["spec"])),
-        status=ClusterStatus(m["status"]),
-        creation_time=m["creation_time"],
-        last_good_spec=spec_from_dict(json.loads(m["last_good_spec"])) if m["last_good_spec"] else None,
-        failure_message=m["failure_message"],
-        operation_id=m["operation_id"],
-        applied_topology=m["applied_topology"],
-        generation=m["generation"],
-        version=m["version"],
-        lifecycle_snapshots=json.loads(m["lifecycle_snapshots"] or "{}"),
-        provider=m["provider"],
-        group_states={k: GroupState.from_dict(v) for k, v in json.loads(m["group_states"] or "{}").items()},
-        software_update=SoftwareUpdate.from_dict(json.loads(m["software_update"])) if m["software_update"] else None,
-        software_update_status=json.loads(m["software_update_status"] or "{}"),
-        schedules=json.loads(m["schedules"] or "{}"),
-    )
-
-
-def _cluster_values(rec: ClusterRecord) -> dict[str, Any]:
-    return {
-        "cluster_id": rec.cluster_id,
-        "account_id": rec.account_id,
-        "region": rec.region,
-        "name": rec.name,
-        "arn": rec.arn,
-        "spec": _dump(to_dict(rec.spec)),
-        "last_good_spec": _dump(to_dict(rec.last_good_spec)) if rec.last_good_spec else None,
-        "status": rec.status.value,
-        "failure_message": rec.failure_message,
-        "operation_id": rec.operation_id,
-        "applied_topology": rec.applied_topology,
-        "lifecycle_snapshots": _dump(dict(rec.lifecycle_snapshots)),
-        "provider": rec.provider,
-        "group_states": _dump({k: v.to_dict() for k, v in rec.group_states.items()}),
-        "software_update": _dump(rec.software_update.to_dict()) if rec.software_update else None,
-        "software_update_status": _dump(dict(rec.software_update_status)),
-        "schedules": _dump({k: dict(v) for k, v in rec.schedules.items()}),
-        "creation_time": rec.creation_time,
-        "generation": rec.generation,
-        "version": rec.version,
-    }
-
-
-_STATUS = {s.value: s for s in InstanceStatus}
-
-
-def _node_from_row(row: Row[Any]) -> NodeRecord:
-    # positional access (``select(nodes)`` returns the table's columns in order) and no JSON parse of an
-    # empty ``data``: Row._mapping per column cost more than the rest when a pass reads 10,000 rows
-    (instance_id, cluster_id, group_name, seq, status, message, launch_time, ip, hostname, logical_id, image_id,
-     image_release, lifecycle_digest, last_software_update_time, phases, attempts, next_attempt, data,
-     version) = tuple(row)
-    return NodeRecord(
-        instance_id=instance_id,
-        cluster_id=cluster_id,
-        group=group_name,
-        seq=seq,
-        status=_STATUS.get(status) or InstanceStatus(status),
-        message=message,
-        launch_time=launch_time,
-        ip=ip,
-        hostname=hostname,
-        logical_id=logical_id,
-        image_id=image_id,
-        image_release=image_release,
-        lifecycle_digest=lifecycle_digest,
-        last_software_update_time=last_software_update_time,
-        phases=tuple(p for p in phases.split(",") if p) if phases else (),
-        attempts=attempts,
-        next_attempt=next_attempt,
-        data=json.loads(data) if data and data != "{}" else {},
-        version=version,
-    )
-
-
-def _node_values(rec: NodeRecord) -> dict[str, Any]:
-    return {
-        "instance_id": rec.instance_id,
-        "cluster_id": rec.cluster_id,
-        "group_name": rec.group,
-        "seq": rec.seq,
-        "status": rec.status.value,
-        "message": rec.message,
-        "launch_time": rec.launch_time,
-        "ip": rec.ip,
-        "hostname": rec.hostname,
-        "logical_id": rec.logical_id,
-        "image_id": rec.image_id,
-        "image_release": rec.image_release,
-        "lifecycle_digest": rec.lifecycle_digest,
-        "last_software_update_time": rec.last_software_update_time,
-        "phases": ",".join(rec.phases),
-        "attempts": rec.attempts,
-        "next_attempt": rec.next_attempt,
-        "data": _dump(dict(rec.data)),
-        "version": rec.version,
-    }
-
-
-def _event_from_row(row: Row[Any]) -> EventRecord:
-    m = row._mapping
-    return EventRecord(
-        event_id=m["event_id"],
-        cluster_id=m["cluster_id"],
-        cluster_name=m["cluster_name"],
-        cluster_arn=m["cluster_arn"],
-        resource_type=ResourceType(m["resource_type"]),
-        level=EventLevel(m["level"]),
-        description=m["description"],
-        event_time=m["event_time"],
-        group=m["group_name"],
-        instance_id=m["instance_id"],
-        operation_id=m["operation_id"],
-        details=json.loads(m["details"] or "{}"),
-        seq=m["seq"],
-    )
-
+__all__ = ["NodeView", "SqlStore", "make_engine", "migrate"]
 
 # Statements built once (with bind parameters): building an ``update(...).values(**row)`` per call cost
 # about 200 us of the 270 us of an update_node, which the reconciler runs ~7 times per node booted.
@@ -270,7 +104,7 @@ class SqlStore:
         """Inserts a new cluster (and its first events) atomically; ResourceInUse when the name is taken."""
         try:
             with self._begin() as conn:
-                conn.execute(insert(clusters).values(**_cluster_values(rec)))
+                conn.execute(insert(clusters).values(**cluster_values(rec)))
                 self._insert_events(conn, initial_events)
         except IntegrityError as exc:
             raise ResourceInUse(f"Cluster {rec.name} already exists.") from exc
@@ -285,7 +119,7 @@ class SqlStore:
         hit = self._parsed_clusters.get(cluster_id)
         if hit is not None and hit[0] == raw:  # exact same row: reuse the parse (JSON spec parsing dominates)
             return hit[1]
-        rec = _cluster_from_row(row)
+        rec = cluster_from_row(row)
         self._parsed_clusters[cluster_id] = (raw, rec)
         return rec
 
@@ -294,14 +128,14 @@ class SqlStore:
             row = conn.execute(
                 select(clusters).where(and_(clusters.c.account_id == account_id, clusters.c.name == name))
             ).first()
-        return _cluster_from_row(row) if row else None
+        return cluster_from_row(row) if row else None
 
     def list_clusters(self, account_id: str | None = None) -> list[ClusterRecord]:
         q = select(clusters).order_by(clusters.c.creation_time, clusters.c.cluster_id)
         if account_id is not None:
             q = q.where(clusters.c.account_id == account_id)
         with self.engine.connect() as conn:
-            return [_cluster_from_row(r) for r in conn.execute(q)]
+            return [cluster_from_row(r) for r in conn.execute(q)]
 
     def cluster_ids(self) -> list[str]:
         with self.engine.connect() as conn:
@@ -322,12 +156,12 @@ class SqlStore:
             res = conn.execute(
                 update(clusters)
                 .where(and_(clusters.c.cluster_id == rec.cluster_id, clusters.c.version == rec.version))
-                .values(**_cluster_values(stored))
+                .values(**cluster_values(stored))
             )
             if res.rowcount != 1:
                 raise VersionConflict(f"cluster {rec.cluster_id} changed (expected version {rec.version})")
             for n in new_nodes:
-                conn.execute(insert(nodes).values(**_node_values(n)))
+                conn.execute(insert(nodes).values(**node_values(n)))
             for n in changed_nodes:
                 self._update_node(conn, n)
             self._insert_events(conn, new_events)
@@ -345,7 +179,7 @@ class SqlStore:
     def add_nodes(self, recs: Sequence[NodeRecord], new_events: Sequence[EventRecord] = ()) -> None:
         with self._begin() as conn:
             if recs:  # one executemany, not one INSERT per node (3,000 nodes: 1.2 s -> 0.1 s)
-                conn.execute(insert(nodes), [_node_values(n) for n in recs])
+                conn.execute(insert(nodes), [node_values(n) for n in recs])
             self._insert_events(conn, new_events)
 
     def list_nodes(self, cluster_id: str, groups: Iterable[str] | None = None) -> list[NodeRecord]:
@@ -355,7 +189,7 @@ class SqlStore:
             q = q.where(nodes.c.group_name.in_(list(groups)))
         with self.engine.connect() as conn:
             rows = conn.execute(q.order_by(nodes.c.seq))
-            return [_node_from_row(r) for r in rows]
+            return [node_from_row(r) for r in rows]
 
     def page_nodes(
         self,
@@ -384,7 +218,7 @@ class SqlStore:
         q = (select(nodes).where(and_(*conds))
              .order_by(*(k.desc() if descending else k.asc() for k in keys)).limit(limit))
         with self.engine.connect() as conn:
-            return [_node_from_row(r) for r in conn.execute(q)]
+            return [node_from_row(r) for r in conn.execute(q)]
 
     def node_tally(self, cluster_id: str, exclude_status: str = InstanceStatus.NOT_FOUND.value) -> list[NodeRecord]:
         """One stand-in per node with only ``group``, ``status`` and ``image_id`` real (the same object
@@ -410,7 +244,7 @@ class SqlStore:
                                       c.status == status.value)).limit(1))
         with self.engine.connect() as conn:
             row = conn.execute(q).first()
-        return _node_from_row(row) if row else None
+        return node_from_row(row) if row else None
 
     def node_view(self, cluster_id: str) -> NodeView:
         """``list_nodes(cluster_id)`` read only if and when the caller looks at it."""
@@ -430,7 +264,7 @@ class SqlStore:
     def get_node(self, instance_id: str) -> NodeRecord | None:
         with self.engine.connect() as conn:
             row = conn.execute(_NODE_BY_ID, {"k_iid": instance_id}).first()
-        return _node_from_row(row) if row else None
+        return node_from_row(row) if row else None
 
     def max_node_seq(self, cluster_id: str) -> int:
         with self.engine.connect() as conn:
@@ -445,7 +279,7 @@ class SqlStore:
 
     def _update_node(self, conn: Connection, rec: NodeRecord) -> NodeRecord:
         stored = replace(rec, version=rec.version + 1)
-        values = _node_values(stored)
+        values = node_values(stored)
         del values["instance_id"]
         res = conn.execute(_UPDATE_NODE, {**values, "k_iid": rec.instance_id, "k_ver": rec.version})
         if res.rowcount != 1:
@@ -461,22 +295,7 @@ class SqlStore:
 
     def _insert_events(self, conn: Connection, evs: Sequence[EventRecord]) -> None:
         for ev in evs:
-            conn.execute(
-                insert(events).values(
-                    event_id=ev.event_id,
-                    cluster_id=ev.cluster_id,
-                    cluster_name=ev.cluster_name,
-                    cluster_arn=ev.cluster_arn,
-                    resource_type=ev.resource_type.value,
-                    level=ev.level.value,
-                    description=ev.description,
-                    event_time=ev.event_time,
-                    group_name=ev.group,
-                    instance_id=ev.instance_id,
-                    operation_id=ev.operation_id,
-                    details=_dump(dict(ev.details)),
-                )
-            )
+            conn.execute(insert(events).values(**event_values(ev)))
 
     def add_events(self, evs: Sequence[EventRecord]) -> None:
         with self._begin() as conn:
@@ -485,14 +304,14 @@ class SqlStore:
     def list_events(self, cluster_id: str) -> list[EventRecord]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(events).where(events.c.cluster_id == cluster_id).order_by(events.c.seq))
-            return [_event_from_row(r) for r in rows]
+            return [event_from_row(r) for r in rows]
 
     def get_event(self, cluster_id: str, event_id: str) -> EventRecord | None:
         with self.engine.connect() as conn:
             row = conn.execute(
                 select(events).where(and_(events.c.cluster_id == cluster_id, events.c.event_id == event_id))
             ).first()
-        return _event_from_row(row) if row else None
+        return event_from_row(row) if row else None
 
     def list_events_filtered(
         self,
@@ -541,7 +360,7 @@ class SqlStore:
         if limit is not None:
             q = q.limit(limit)
         with self.engine.connect() as conn:
-            return [_event_from_row(r) for r in conn.execute(q)]
+            return [event_from_row(r) for r in conn.execute(q)]
 
     # ---- settings -------------------------------------------------------------------------------
 
@@ -555,7 +374,7 @@ class SqlStore:
         from sqlalchemy.dialects import postgresql, sqlite
 
         dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
-        stmt = dialect.insert(settings_kv).values(key=key, value=_dump(value))
+        stmt = dialect.insert(settings_kv).values(key=key, value=dump(value))
         upsert = stmt.on_conflict_do_update(index_elements=[settings_kv.c.key], set_={"value": stmt.excluded.value})
         with self._begin() as conn:
             conn.execute(upsert)
