@@ -1,4 +1,6 @@
-"""Cluster use cases behind CreateCluster, UpdateCluster, DeleteCluster, Describe/List and node calls."""
+"""Cluster use cases behind CreateCluster, UpdateCluster, DeleteCluster, Describe/List; the node calls are in
+``service.nodes``. Every change of an existing cluster goes through ``retry_cluster`` (read, decide, write
+version-checked, retry on a lost race)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from slurmpod.domain.legacy import (
     apply_provisioning_parameters,
     is_api_driven,
 )
-from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.software import new_software_update, refresh_schedules, schedule_findings
 from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, SlurmConfig
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
@@ -27,11 +29,13 @@ from slurmpod.errors import (
     ResourceInUse,
     ResourceNotFound,
     ValidationException,
-    VersionConflict,
     validation_message,
 )
 from slurmpod.lifecycle.images import ImageCatalog, ImageError
-from slurmpod.store.sql import SqlStore
+from slurmpod.service import nodes as node_ops
+from slurmpod.service.nodes import NodeDeleteFailure
+from slurmpod.store.protocol import Store
+from slurmpod.store.retry import ClusterWrite, ConflictRetriesExhausted, Retried, retry_on_conflict
 
 
 @dataclass(frozen=True)
@@ -52,17 +56,10 @@ class Caller:
     region: str
 
 
-@dataclass(frozen=True)
-class NodeDeleteFailure:
-    node_id: str
-    code: str
-    message: str
-
-
 class ClusterService:
     def __init__(
         self,
-        store: SqlStore,
+        store: Store,
         clock: Clock,
         *,
         provider_name: str,
@@ -109,6 +106,16 @@ class ClusterService:
             if (node_id and n.instance_id == node_id) or (logical_id and n.logical_id == logical_id):
                 return n
         raise ResourceNotFound(f"Node {node_id or logical_id} not found in cluster {cluster.name}.")
+
+    def retry_cluster(
+        self, caller: Caller, name_or_arn: str, change: Callable[[ClusterRecord], ClusterWrite | None]
+    ) -> Retried:
+        """``retry_on_conflict`` over the caller's cluster ``name_or_arn``; losing every race is a ConflictException."""
+        try:
+            return retry_on_conflict(self.store, lambda: self.resolve(caller, name_or_arn), change,
+                                     what=f"cluster {name_or_arn}")
+        except ConflictRetriesExhausted as exc:
+            raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.") from exc
 
     # ---- mutations ------------------------------------------------------------------------------
 
@@ -200,8 +207,8 @@ class ClusterService:
         *,
         orchestrator_given: bool,
     ) -> ClusterRecord:
-        for _ in range(5):
-            cur = self.resolve(caller, name_or_arn)
+        def change(cur: ClusterRecord) -> ClusterWrite:
+            nonlocal requested
             infos = self._snapshots(requested) if requested.instance_groups else {}
             if cur.spec.topology_source == PROVISIONING_PARAMETERS:
                 requested = self._legacy_roles(cur.spec, requested, infos)
@@ -238,13 +245,11 @@ class ClusterService:
             )
             upd = replace(upd, schedules=refresh_schedules(upd, now))
             started = ev.finish(ev.cluster_event(cur.name, "update", "started"), upd, ids.new_event_id(), now)
-            try:
-                stored = self.store.update_cluster(upd, [started])
-            except VersionConflict:
-                continue
-            self.wake()
-            return stored
-        raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
+            return ClusterWrite(upd, [started])
+
+        stored = self.retry_cluster(caller, name_or_arn, change).record
+        self.wake()
+        return stored
 
     def _secret_findings(self, caller: Caller, spec: ClusterSpec) -> list[str]:
         adb = spec.accounting_database
@@ -275,8 +280,7 @@ class ClusterService:
 
     def migrate(self, caller: Caller, name_or_arn: str) -> ClusterRecord:
         """Converts a legacy cluster to API-driven SlurmConfig in place (HyperPod has no such path)."""
-        for _ in range(5):
-            cur = self.resolve(caller, name_or_arn)
+        def change(cur: ClusterRecord) -> ClusterWrite:
             if cur.spec.topology_source != PROVISIONING_PARAMETERS:
                 raise ValidationException(f"Cluster {cur.name} already uses API-driven SlurmConfig.")
             now = self.clock.now()
@@ -285,11 +289,9 @@ class ClusterService:
             done = ev.finish(ev.EventDraft(
                 ev.ResourceType.CLUSTER, ev.EventLevel.INFO,
                 f"Cluster {cur.name} migrated from {PP_FILE} to API-driven SlurmConfig"), upd, ids.new_event_id(), now)
-            try:
-                return self.store.update_cluster(upd, [done])
-            except VersionConflict:
-                continue
-        raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
+            return ClusterWrite(upd, [done])
+
+        return self.retry_cluster(caller, name_or_arn, change).record
 
     def update_software(
         self,
@@ -315,8 +317,7 @@ class ClusterService:
             target = self.images.resolve(image_id) if self.images else None
         except ImageError as exc:
             raise ValidationException(str(exc)) from exc
-        for _ in range(5):
-            cur = self.resolve(caller, name_or_arn)
+        def change(cur: ClusterRecord) -> ClusterWrite:
             names = list(groups) if groups else [g.name for g in cur.spec.instance_groups]
             unknown = [g for g in names if cur.spec.group(g) is None]
             if unknown:
@@ -338,159 +339,34 @@ class ClusterService:
                 ev.ResourceType.INSTANCE_GROUP, ev.EventLevel.INFO,
                 f"UpdateClusterSoftware initiated for IG {g} in Cluster {cur.name} using rolling strategy.", group=g),
                 upd, ids.new_event_id(), now) for g in names]
-            try:
-                stored = self.store.update_cluster(upd, evs)
-            except VersionConflict:
-                continue
-            self.wake()
-            return stored
-        raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
+            return ClusterWrite(upd, evs)
+
+        stored = self.retry_cluster(caller, name_or_arn, change).record
+        self.wake()
+        return stored
 
     def batch_node_op(
         self, caller: Caller, name_or_arn: str, node_ids: Sequence[str], op: str
     ) -> tuple[list[str], list[NodeDeleteFailure]]:
-        """BatchRebootClusterNodes (op ``reboot``: same instance) and BatchReplaceClusterNodes (``replace``: a new
-        instance in the same group). Per-node failures use the modeled codes."""
-        for _ in range(5):
-            cur = self.resolve(caller, name_or_arn)
-            if cur.status != ClusterStatus.IN_SERVICE:
-                raise ConflictException(f"Cluster {cur.name} is in {cur.status.value} status; wait until InService.")
-            nodes = {n.instance_id: n for n in self.nodes(cur)}
-            ok: list[str] = []
-            failures: list[NodeDeleteFailure] = []
-            changed: list[NodeRecord] = []
-            drafts: list[ev.EventDraft] = []
-            for nid in dict.fromkeys(node_ids):
-                node = nodes.get(nid)
-                if node is None:
-                    failures.append(NodeDeleteFailure(nid, "InstanceIdNotFound", f"Instance {nid} not found."))
-                    continue
-                if node.data.get("op") or node.data.get("update_to") or node.data.get("replace_queued") or \
-                        node.status == InstanceStatus.SYSTEM_UPDATING:
-                    failures.append(NodeDeleteFailure(nid, "InstanceIdInUse",
-                                                      f"Another operation is already in progress for {nid}."))
-                    continue
-                if node.status not in (InstanceStatus.RUNNING, InstanceStatus.FAILURE):
-                    failures.append(NodeDeleteFailure(
-                        nid, "InvalidInstanceStatus",
-                        f"Instance {nid} is {node.status.value}; wait for it to finish any ongoing changes."))
-                    continue
-                group = cur.spec.group(node.group)
-                if op == "replace" and group is not None and group.node_type == NodeType.CONTROLLER:
-                    others = [n for n in nodes.values() if n.group == node.group and n.instance_id != nid
-                              and n.status == InstanceStatus.RUNNING]
-                    if not others:
-                        failures.append(NodeDeleteFailure(
-                            nid, "InstanceIdInUse", f"Instance {nid} is the only Slurm controller; it cannot be "
-                            "replaced while no other controller serves."))
-                        continue
-                in_flight = op == "replace" and group is not None and group.node_type == NodeType.CONTROLLER and any(
-                    n.group == node.group and n.instance_id != nid and (
-                        n.instance_id in ok or n.status != InstanceStatus.RUNNING or n.data.get("replace_queued"))
-                    for n in nodes.values())
-                if in_flight:
-                    # controllers are replaced one at a time: the reconciler starts this one once the group is back
-                    # to all-Running, so a controller always serves
-                    changed.append(replace(node, data={**node.data, "replace_queued": True}))
-                    drafts.append(ev.instance_event(
-                        f"Replacement of Instance {nid} in Cluster {cur.name} and IG {node.group} is queued: "
-                        "controllers are replaced one at a time", node.group, nid))
-                elif op == "replace":
-                    changed.append(replace(node, status=InstanceStatus.SHUTTING_DOWN, message="Replaced by request"))
-                    drafts.append(ev.instance_event(
-                        f"Instance {nid} is starting as part of instance replacement in Cluster {cur.name} and IG "
-                        f"{node.group}", node.group, nid))
-                else:
-                    changed.append(replace(node, data={**node.data, "op": "reboot"}))
-                    drafts.append(ev.instance_event(
-                        f"Reboot of EC2 Instance {nid} is currently in progress on Cluster {cur.name} and IG "
-                        f"{node.group}", node.group, nid))
-                ok.append(nid)
-            if not changed:
-                return ok, failures
-            now = self.clock.now()
-            try:
-                self.store.update_cluster(cur, [ev.finish(d, cur, ids.new_event_id(), now) for d in drafts],
-                                          changed_nodes=changed)
-            except VersionConflict:
-                continue
-            self.wake()
-            return ok, failures
-        raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
+        """BatchRebootClusterNodes (``reboot``) and BatchReplaceClusterNodes (``replace``): see ``service.nodes``."""
+        return node_ops.batch_node_op(self, caller, name_or_arn, node_ids, op)
 
     def delete(self, caller: Caller, name_or_arn: str) -> ClusterRecord:
-        for _ in range(5):
-            cur = self.resolve(caller, name_or_arn)
+        def change(cur: ClusterRecord) -> ClusterWrite | None:
             if cur.status == ClusterStatus.DELETING:
-                return cur
-            now = self.clock.now()
+                return None
             upd = replace(cur, status=ClusterStatus.DELETING, operation_id=ids.new_operation_id())
-            started = ev.finish(ev.cluster_event(cur.name, "deletion", "started"), upd, ids.new_event_id(), now)
-            try:
-                stored = self.store.update_cluster(upd, [started])
-            except VersionConflict:
-                continue
+            started = ev.finish(ev.cluster_event(cur.name, "deletion", "started"), upd, ids.new_event_id(),
+                                self.clock.now())
+            return ClusterWrite(upd, [started])
+
+        done = self.retry_cluster(caller, name_or_arn, change)
+        if done.stored is not None:
             self.wake()
-            return stored
-        raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
+        return done.record
 
     def batch_delete_nodes(
         self, caller: Caller, name_or_arn: str, node_ids: Sequence[str]
     ) -> tuple[list[str], list[NodeDeleteFailure]]:
-        """Marks nodes for removal and shrinks their groups; per-node failures use the modeled codes."""
-        for _ in range(5):
-            cur = self.resolve(caller, name_or_arn)
-            if cur.status != ClusterStatus.IN_SERVICE:
-                raise ConflictException(
-                    f"Cluster {cur.name} is in {cur.status.value} status; nodes can be deleted only while it is "
-                    "InService."
-                )
-            nodes = {n.instance_id: n for n in self.nodes(cur)}
-            deleted: list[str] = []
-            failures: list[NodeDeleteFailure] = []
-            counts = {g.name: g.instance_count for g in cur.spec.instance_groups}
-            marked: list[NodeRecord] = []
-            for nid in dict.fromkeys(node_ids):
-                node = nodes.get(nid)
-                if node is None:
-                    failures.append(NodeDeleteFailure(nid, "NodeIdNotFound", f"Node {nid} not found."))
-                    continue
-                group = cur.spec.group(node.group)
-                if group_busy(cur.group_states, node.group):
-                    raise ConflictException(
-                        f"Instance group {node.group} is {cur.group_states[node.group].status.value}; nodes can be "
-                        "deleted once it is InService."
-                    )
-                if group is not None and group.node_type == NodeType.CONTROLLER:
-                    failures.append(NodeDeleteFailure(
-                        nid, "NodeIdInUse", f"Node {nid} is a Slurm controller node and cannot be deleted."))
-                    continue
-                if not node.active:
-                    failures.append(NodeDeleteFailure(
-                        nid, "InvalidNodeStatus", f"Node {nid} is already being deleted."))
-                    continue
-                if node.status not in (InstanceStatus.RUNNING, InstanceStatus.FAILURE):
-                    failures.append(NodeDeleteFailure(
-                        nid, "InvalidNodeStatus",
-                        f"Node {nid} is in {node.status.value} status; wait for it to finish its current change."))
-                    continue
-                counts[node.group] -= 1
-                marked.append(replace(node, status=InstanceStatus.SHUTTING_DOWN, message="Deleted by request"))
-                deleted.append(nid)
-            if not marked:
-                return deleted, failures
-            new_groups = tuple(replace(g, instance_count=max(counts[g.name], 0)) for g in cur.spec.instance_groups)
-            upd = replace(cur, spec=cur.spec.with_groups(new_groups))
-            upd = replace(upd, last_good_spec=upd.spec)
-            now = self.clock.now()
-            evs: list[EventRecord] = [
-                ev.finish(ev.instance_terminating(cur.name, n.group, n.instance_id), upd, ids.new_event_id(), now)
-                for n in marked
-            ]
-            try:
-                self.store.update_cluster(upd, evs, changed_nodes=marked)
-            except VersionConflict:
-                continue
-            self.wake()
-            return deleted, failures
-        raise ConflictException(f"Cluster {name_or_arn} is being changed concurrently; retry.")
+        """BatchDeleteClusterNodes: see ``service.nodes``."""
+        return node_ops.batch_delete_nodes(self, caller, name_or_arn, node_ids)
