@@ -11,18 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from slurmpod.providers.local.cleanup import (
-    CleanupReport,
-    Leftovers,
+from slurmpod.providers.local.cleanup import CleanupReport, Leftovers, end_processes
+from slurmpod.providers.local.nodeinit import BASH_REAPER
+from slurmpod.providers.local.procscan import (
     NodeProcess,
     NodeRef,
     ProcFS,
     _holder_node,
     _overlay_node,
-    end_processes,
     scan_processes,
 )
-from slurmpod.providers.local.nodeinit import BASH_REAPER
 from slurmpod.providers.local.state import InstanceRecord
 
 HOST_NET, HOST_MNT, HOST_PID = 4026531840, 4026531841, 4026531836
