@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from slurmpod.credentials import Credential, CredentialStore
+from slurmpod.security.credentials import Credential, CredentialStore
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0

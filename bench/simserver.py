@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from slurmpod.credentials import CredentialStore
+    from slurmpod.security.credentials import CredentialStore
     from slurmpod.server import build_server
     from slurmpod.settings import Settings
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     server = build_server(settings)
     server.start()
     uv = uvicorn.Server(uvicorn.Config(server.app, host="127.0.0.1", port=args.port, log_level="warning",
-                                       access_log=False))
+                                       access_log=False, loop="uvloop", http="httptools"))
     stop = threading.Event()
     threading.Thread(target=serve_commands, args=(server, stop), name="bench-commands", daemon=True).start()
     web = threading.Thread(target=uv.run, name="uvicorn", daemon=True)

@@ -15,14 +15,15 @@ from slurmpod.api.app import ApiContext, make_app
 from slurmpod.api.auth import make_authenticator
 from slurmpod.clock import SystemClock
 from slurmpod.console import console_routes, credential_sign_in, open_sign_in
-from slurmpod.credentials import CredentialStore
 from slurmpod.lifecycle.images import BUILTIN, Image, ImageCatalog
 from slurmpod.reconciler.loop import CAPACITY_KEY, Reconciler
 from slurmpod.reconciler.runtime import ClusterRuntime
-from slurmpod.secretstore import SecretError, SecretStore
+from slurmpod.security.credentials import CredentialStore
+from slurmpod.security.secrets import SecretError, SecretStore
 from slurmpod.service.clusters import ClusterService, SnapshotInfo, Snapshotter
 from slurmpod.settings import Settings
 from slurmpod.slurm.accounting import password_problem, username_problem
+from slurmpod.store.collector import render as render_metrics
 from slurmpod.store.sql import SqlStore
 
 log = logging.getLogger("slurmpod.server")
@@ -180,7 +181,7 @@ def build_server(settings: Settings) -> Server:
             return False
 
     ctx = ApiContext(service=service, caller=make_authenticator(settings), extensions=settings.compat != "strict",
-                     ready=ready)
+                     ready=ready, scrape=lambda: render_metrics(store.engine))
     sign_in = (open_sign_in(settings.account_id, settings.region) if settings.auth == "none"
                else credential_sign_in(CredentialStore(settings.state_dir), settings.region))
     return Server(settings, store, runtime, reconciler, service, make_app(ctx, console_routes(ctx, sign_in)))

@@ -1,6 +1,6 @@
 """Test helpers: run a real slurmpod server (in a thread or as a subprocess) and talk to it over HTTP.
 
-Every server started here gets an access key in its state dir (``slurmpod.credentials``) before it starts;
+Every server started here gets an access key in its state dir (``slurmpod.security.credentials``) before it starts;
 ``client()`` / ``boto_client()`` use it and ``raw()`` signs with botocore's SigV4 (``sign=False`` for
 unsigned). Tests written before authentication existed post with plain ``requests`` to these servers;
 so they keep exercising the API behind the signature check, ``requests.Session.send`` is wrapped (tests
@@ -32,7 +32,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
 
-from slurmpod.credentials import Credential, CredentialStore
+from slurmpod.security.credentials import Credential, CredentialStore
 from slurmpod.server import Server, build_server
 from slurmpod.settings import Settings
 

@@ -14,13 +14,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from slurmpod import metrics
 from slurmpod.api import protocol
 from slurmpod.api.contract.conform import conform_output
 from slurmpod.api.contract.model import get_model
 from slurmpod.api.contract.validate import raise_for_input
 from slurmpod.api.handlers import HANDLERS
 from slurmpod.errors import InternalFailure, NotImplementedOperation, ServiceError, UnknownOperationException
+from slurmpod.observability import metrics
 from slurmpod.service.clusters import Caller, ClusterService
 
 log = logging.getLogger("slurmpod.api")
@@ -32,6 +32,7 @@ class ApiContext:
     caller: Callable[[Request, bytes], Caller]  # authenticates (request, body); raises ServiceError
     extensions: bool = True
     ready: Callable[[], bool] = lambda: True
+    scrape: Callable[[], bytes] = metrics.render  # the /metrics body (the server adds its store gauges)
 
 
 def dispatch(ctx: ApiContext, op: str, params: object, caller: Caller) -> dict[str, object]:
@@ -103,7 +104,7 @@ def make_app(ctx: ApiContext, extra_routes: Sequence[BaseRoute] = ()) -> Starlet
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
     async def prometheus(request: Request) -> Response:
-        body = await run_in_threadpool(metrics.render, ctx.service.store.engine)
+        body = await run_in_threadpool(ctx.scrape)
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
     return Starlette(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from starlette.requests import Request
 
 from slurmpod.api.sigv4 import SignedRequest, SigV4Verifier
-from slurmpod.credentials import CredentialStore
+from slurmpod.security.credentials import CredentialStore
 from slurmpod.service.clusters import Caller
 from slurmpod.settings import Settings
 

@@ -23,13 +23,13 @@ from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
 from botocore.awsrequest import AWSRequest, HTTPHeaders
 from botocore.credentials import Credentials
 
-from slurmpod.credentials import Credential
 from slurmpod.errors import (
     InvalidSignatureException,
     MissingAuthenticationToken,
     ServiceError,
     UnrecognizedClientException,
 )
+from slurmpod.security.credentials import Credential
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 SERVICE = "sagemaker"

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from slurmpod.credentials import CredentialStore
+from slurmpod.security.credentials import CredentialStore
 from slurmpod.service.clusters import Caller
 
 COOKIE = "slurmpod_console"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 import requests
 
-from slurmpod.credentials import CredentialStore
+from slurmpod.security.credentials import CredentialStore
 from tests.console.conftest import csrf_of, sign_in
 from tests.serverproc import RunningServer, seed_groups, wait_status
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from slurmpod.secretstore import SecretStore
+from slurmpod.security.secrets import SecretStore
 from tests.serverproc import ROLE, RunningServer, wait_status
 
 ACCOUNT = "123456789012"

@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 
 from slurmpod.api.sigv4 import SIGNATURE_MISMATCH
 from slurmpod.cli import listen_refusal
-from slurmpod.credentials import Credential, CredentialStore, credentials_path
+from slurmpod.security.credentials import Credential, CredentialStore, credentials_path
 from slurmpod.settings import Settings
 from tests.serverproc import (
     RunningServer,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmpod.secretstore import SecretError, SecretStore, parse_arn
+from slurmpod.security.secrets import SecretError, SecretStore, parse_arn
 
 ACCOUNT = "123456789012"
 OTHER = "210987654321"

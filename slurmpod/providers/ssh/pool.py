@@ -15,16 +15,15 @@ A pool's hosts all have one instance type; the number of hosts of a type is that
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from slurmpod.files import JsonFile
 
 #: quarantine_until value of a host that stays out of service until an operator acts (changed host key)
 FOREVER = float("inf")
@@ -113,32 +112,15 @@ class HostPool:
         self.dir = Path(state_dir).resolve() / "ssh"
         self.path = self.dir / "hosts.json"
         self.lock_path = self.dir / "lock"
+        self._file = JsonFile(self.path, lock_name=self.lock_path.name, indent=1, sort_keys=True)
 
     # ---- storage -------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
     def _read(self) -> list[HostRecord]:
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return []
-        return [HostRecord.from_json(h) for h in data.get("hosts", [])]
+        return [HostRecord.from_json(h) for h in (self._file.read({}) or {}).get("hosts", [])]
 
     def _write(self, hosts: list[HostRecord]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"hosts": [h.to_json() for h in hosts]}, fh, indent=1, sort_keys=True)
-        os.replace(tmp, self.path)
+        self._file.write({"hosts": [h.to_json() for h in hosts]})
 
     def hosts(self) -> list[HostRecord]:
         """A snapshot of every host (no lock needed: the file is replaced atomically)."""
@@ -149,7 +131,7 @@ class HostPool:
 
     def modify(self, change: Callable[[list[HostRecord]], Any]) -> Any:
         """Runs ``change`` on the records under the lock and saves them; returns what ``change`` returns."""
-        with self._locked():
+        with self._file.locked():
             hosts = self._read()
             result = change(hosts)
             self._write(hosts)

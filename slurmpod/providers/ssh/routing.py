@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurmpod.providers.base import (
     CommandRunner,
@@ -22,11 +23,14 @@ from slurmpod.providers.base import (
     Provider,
     ProviderError,
     ProviderInstance,
+    SetupError,
     TemporaryProviderError,
 )
 from slurmpod.providers.local.provider import LocalProvider
 from slurmpod.providers.ssh.pool import HostPool
-from slurmpod.providers.ssh.provider import SshProvider
+
+if TYPE_CHECKING:  # imported when pools exist: asyncssh (the ``ssh`` extra) is needed only then
+    from slurmpod.providers.ssh.provider import SshProvider
 
 log = logging.getLogger("slurmpod.ssh")
 
@@ -120,4 +124,11 @@ def build_node_provider(state_dir: Path, cidr: str = "10.231.0.0/16") -> LocalPr
     local = LocalProvider(state_dir, cidr=cidr)
     if not HostPool(state_dir).exists():
         return local
+    try:
+        from slurmpod.providers.ssh.provider import SshProvider
+    except ModuleNotFoundError as exc:
+        if exc.name != "asyncssh":
+            raise
+        raise SetupError("ssh host pools are registered but asyncssh is not installed: "
+                         "pip install 'slurmpod[ssh]'") from exc
     return PooledProvider(local, SshProvider(state_dir))

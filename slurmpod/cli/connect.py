@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
+from slurmpod.cli.options import die
 from slurmpod.domain.model import NodeRecord
 from slurmpod.domain.status import InstanceStatus
-from slurmpod.store.sql import SqlStore
+from slurmpod.settings import Settings
+from slurmpod.store.protocol import ClusterRepo, NodeRepo
 
 TARGET_RE = re.compile(r"^sagemaker-cluster:([a-z0-9]{12})_(.+)-(i-[0-9a-f]{8,17})$")
 
@@ -29,7 +33,11 @@ def parse_target(target: str) -> tuple[str, str, str]:
     return m.group(1), m.group(2), m.group(3)
 
 
-def resolve(store: SqlStore, target: str | None, cluster: str | None, group: str | None) -> NodeRecord:
+class NodeLookup(ClusterRepo, NodeRepo, Protocol):
+    """The part of the store ``resolve`` reads."""
+
+
+def resolve(store: NodeLookup, target: str | None, cluster: str | None, group: str | None) -> NodeRecord:
     if target:
         cluster_id, grp, iid = parse_target(target)
         node = store.get_node(iid)
@@ -54,6 +62,7 @@ def resolve(store: SqlStore, target: str | None, cluster: str | None, group: str
 def connect(state_dir: Path, db_url: str, target: str | None, cluster: str | None, group: str | None,
             command: Sequence[str]) -> int:
     from slurmpod.providers.ssh.routing import build_node_provider
+    from slurmpod.store.sql import SqlStore
 
     store = SqlStore(db_url)
     try:
@@ -67,3 +76,12 @@ def connect(state_dir: Path, db_url: str, target: str | None, cluster: str | Non
     sys.stdout.flush()
     os.execvp(argv[0], argv)  # noqa: S606
     return 0  # pragma: no cover
+
+
+def cmd_connect(args: argparse.Namespace) -> int:
+    settings = Settings(state_dir=Path(args.state_dir), db_url=args.db)
+    command = list(args.command_argv or [])
+    try:
+        return connect(settings.state_dir, settings.database_url, args.target, args.cluster, args.group, command)
+    except ConnectError as exc:
+        return die(str(exc))

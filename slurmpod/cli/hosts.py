@@ -58,8 +58,14 @@ def run_hosts(args: argparse.Namespace) -> int:
 
 
 def _add(pool: HostPool, args: argparse.Namespace) -> int:
-    # asyncssh is imported only by commands that contact a host: every other command starts without it
-    from slurmpod.providers.ssh.session import SshSessions, Target, key_fingerprint
+    # asyncssh (the ``ssh`` extra) is imported only by commands that contact a host: every other command starts
+    # without it
+    try:
+        from slurmpod.providers.ssh.session import SshSessions, Target, key_fingerprint
+    except ModuleNotFoundError as exc:
+        if exc.name != "asyncssh":
+            raise
+        raise PoolError("contacting a host needs asyncssh: pip install 'slurmpod[ssh]'") from exc
 
     user, host, port = parse_target(args.target)
     check_pool_name(args.pool)

@@ -12,8 +12,6 @@ or deleted while the server runs take effect on the next request.
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import re
 import secrets
@@ -25,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from slurmpod.files import JsonFile
 
 AUTH_DIR = "auth"
 FILE_NAME = "credentials.json"
@@ -68,8 +68,7 @@ def new_secret_access_key() -> str:
     return "".join(secrets.choice(_SECRET_ALPHABET) for _ in range(40))
 
 
-def _parse(raw: bytes) -> dict[str, Credential]:
-    doc = json.loads(raw) if raw.strip() else {}
+def _parse(doc: dict[str, Any]) -> dict[str, Credential]:
     out: dict[str, Credential] = {}
     for item in doc.get("credentials", []):
         cred = Credential(str(item["access_key_id"]), str(item["secret_access_key"]), str(item["account_id"]),
@@ -83,6 +82,7 @@ class CredentialStore:
 
     def __init__(self, state_dir: Path) -> None:
         self.path = credentials_path(state_dir)
+        self._file = JsonFile(self.path, lock_name=".lock", indent=1)
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._cache: dict[str, Credential] = {}
@@ -97,7 +97,7 @@ class CredentialStore:
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
         with self._lock:
             if stamp != self._stamp:
-                self._cache = _parse(self.path.read_bytes())
+                self._cache = _parse(self._file.read({}))
                 self._stamp = stamp
             return self._cache
 
@@ -111,37 +111,10 @@ class CredentialStore:
 
     @contextmanager
     def _locked(self) -> Iterator[dict[str, Credential]]:
-        directory = self.path.parent
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(directory, 0o700)
-        fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            current = dict(_parse(self.path.read_bytes())) if self.path.exists() else {}
+        with self._file.locked():
+            current = _parse(self._file.read({}))
             yield current
-            self._write(current)
-        finally:
-            os.close(fd)
-
-    def _write(self, creds: dict[str, Credential]) -> None:
-        doc: dict[str, Any] = {"version": 1, "credentials": [asdict(c) for c in creds.values()]}
-        tmp = self.path.with_name(f".{FILE_NAME}.{os.getpid()}.{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(doc, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+            self._file.write({"version": 1, "credentials": [asdict(c) for c in current.values()]})
 
     def create(self, account_id: str) -> Credential:
         if not ACCOUNT_RE.fullmatch(account_id):

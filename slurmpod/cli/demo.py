@@ -8,6 +8,7 @@ job's output, then prints how to connect and how to tear down (``slurmpod demo -
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -21,7 +22,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from slurmpod.credentials import Credential, CredentialStore
+from slurmpod.security.credentials import Credential, CredentialStore
 
 CLUSTER = "hyperpod-api-driven-cluster"
 ROLE = "arn:aws:iam::123456789012:role/hyperpod-api-driven-exec-role"
@@ -103,7 +104,7 @@ def _progress(client: Any) -> dict[str, Any]:
 
 
 def _in_node(state: Path, db: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    from slurmpod.connect import resolve
+    from slurmpod.cli.connect import resolve
     from slurmpod.providers.local.provider import LocalProvider
     from slurmpod.store.sql import SqlStore
 
@@ -221,3 +222,8 @@ def run_down(state: Path, port: int) -> int:
             pass
         pid_file.unlink(missing_ok=True)
     return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    state = Path(args.state_dir)
+    return run_down(state, args.port) if args.down else run_demo(state, args.port)

@@ -1,0 +1,208 @@
+"""The ``slurmpod`` command: ``main()`` and its argparse parser. Each command group lives in its own module
+(``server``, ``admin``, ``connect``, ``demo``, ``events``, ``hosts``); ``python -m slurmpod.cli`` runs it too."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from slurmpod.cli.admin import (
+    cmd_capacity,
+    cmd_cleanup,
+    cmd_credentials,
+    cmd_images,
+    cmd_migrate,
+    cmd_secrets,
+    cmd_webhooks,
+)
+from slurmpod.cli.connect import cmd_connect
+from slurmpod.cli.events import add_events_parser
+from slurmpod.cli.hosts import add_hosts_parser
+from slurmpod.cli.options import die
+from slurmpod.cli.server import cmd_server, listen_refusal
+from slurmpod.settings import default_state_dir
+
+__all__ = ["build_parser", "listen_refusal", "main"]
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    try:  # rich (the ``demo`` extra) is imported only when the demo runs
+        from slurmpod.cli.demo import cmd_demo as run
+    except ModuleNotFoundError as exc:
+        if exc.name != "rich":
+            raise
+        return die("the demo needs rich: pip install 'slurmpod[demo]'")
+    return run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurmpod", description="Real Slurm clusters behind a HyperPod-compatible API"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("server", help="run the API server and the reconciler")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--db", default=None, help="database URL (default: SQLite under --state-dir)")
+    s.add_argument("--provider", choices=["local", "simulated"], default="local")
+    s.add_argument("--compat", choices=["extended", "strict"], default="extended")
+    s.add_argument("--state-dir", default=str(default_state_dir()))
+    s.add_argument("--region", default=os.environ.get("SLURMPOD_REGION", "us-east-1"))
+    s.add_argument("--account-id", default=os.environ.get("SLURMPOD_ACCOUNT_ID", "123456789012"))
+    s.add_argument("--simulated-capacity", default="", help="TYPE=COUNT[,...] (simulated provider)")
+    s.add_argument("--simulated-launch-delay", type=float, default=0.05)
+    s.add_argument("--simulated-seed", type=int, default=0)
+    s.add_argument("--simulated-fail-rate", type=float, default=0.0)
+    s.add_argument("--local-cidr", default="10.231.0.0/16", help="address pool for local instances")
+    s.add_argument("--accounting", choices=["local", "none"], default="local",
+                   help="clusters without Orchestrator.Slurm.AccountingDatabase get: local (default) slurmdbd + "
+                        "MariaDB on a per-cluster service host (sacct works); none: no accounting")
+    s.add_argument("--reconcile-interval", type=float, default=2.0)
+    s.add_argument("--capacity", default="", help="initial capacity table TYPE=COUNT[,...] (see `capacity set`)")
+    s.add_argument("--min-count-timeout", type=float, default=3 * 3600.0,
+                   help="seconds a Continuous group may stay below MinCount before it rolls back (default 3 h)")
+    s.add_argument("--retry-delay", type=float, default=2.0, help="first backoff step of launch retries (s)")
+    s.add_argument("--update-drain-timeout", type=float, default=3600.0,
+                   help="software updates wait this long (s) for a drained node's jobs before replacing it")
+    s.add_argument("--lifecycle-file-root", action="append", metavar="DIR",
+                   help="allow file:// lifecycle sources only under DIR (repeatable; default: anywhere outside "
+                        "the state dir)")
+    s.add_argument("--s3-endpoint-url", default=os.environ.get("SLURMPOD_S3_ENDPOINT_URL"),
+                   help="S3-compatible endpoint for s3:// lifecycle sources (e.g. MinIO)")
+    s.add_argument("--auth", choices=["sigv4", "none"], default="sigv4",
+                   help="sigv4 (default): every request signed with a key from `slurmpod credentials create`; "
+                        "none: no authentication, everyone acts as --account-id (loopback only)")
+    s.add_argument("--tls-cert", default=None, help="PEM certificate: serve HTTPS (required off loopback)")
+    s.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    s.add_argument("--insecure-no-tls", action="store_true",
+                   help="allow plain HTTP on a non-loopback --host (not recommended)")
+    s.set_defaults(func=cmd_server)
+
+    cr = sub.add_parser("credentials", help="access keys for the API (SigV4), each acting as one account")
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--state-dir", default=str(default_state_dir()),
+                       help="keys live in <state-dir>/auth/credentials.json (0600)")
+    where.add_argument("--db", default=None, help="accepted for symmetry; keys are not stored in the database")
+    crsub = cr.add_subparsers(dest="credentials_command", required=True)
+    crc = crsub.add_parser("create", parents=[where],
+                           help="new access key; prints IAM CreateAccessKey-shaped JSON (the only time the secret "
+                                "is shown)")
+    crc.add_argument("--account", default=os.environ.get("SLURMPOD_ACCOUNT_ID", "123456789012"),
+                     help="12-digit account id the key acts as (default 123456789012)")
+    crsub.add_parser("list", parents=[where], help="access keys and their accounts (no secrets)")
+    crd = crsub.add_parser("delete", parents=[where], help="revoke an access key (takes effect on the next request)")
+    crd.add_argument("access_key_id")
+    cr.set_defaults(func=cmd_credentials)
+
+    se = sub.add_parser("secrets", help="secrets (Secrets Manager equivalent), e.g. AccountingDatabase.SecretArn")
+    swhere = argparse.ArgumentParser(add_help=False)
+    swhere.add_argument("--state-dir", default=str(default_state_dir()),
+                        help="secrets live in <state-dir>/secrets/<account>/ (0600 files)")
+    swhere.add_argument("--account", default=os.environ.get("SLURMPOD_ACCOUNT_ID", "123456789012"),
+                        help="12-digit account id that owns the secret (default 123456789012)")
+    sesub = se.add_subparsers(dest="secrets_command", required=True)
+    sec = sesub.add_parser("create", parents=[swhere], help="store a secret; prints its ARN (never the value)")
+    sec.add_argument("name")
+    sec.add_argument("--from-file", required=True, metavar="FILE",
+                     help='the value ("-" = stdin); for a database: {"username": "...", "password": "..."}')
+    sec.add_argument("--region", default=os.environ.get("SLURMPOD_REGION", "us-east-1"),
+                     help="region written into the ARN (default us-east-1; use the server's --region)")
+    sesub.add_parser("list", parents=[swhere], help="ARNs and names (no values)")
+    sed = sesub.add_parser("delete", parents=[swhere], help="delete a secret (name or ARN)")
+    sed.add_argument("name")
+    se.set_defaults(func=cmd_secrets)
+
+    c = sub.add_parser("cleanup", help="remove what a crashed server or test left behind")
+    c.add_argument("--state-dir", default=str(default_state_dir()))
+    c.add_argument("--check", action="store_true", help="only report leftovers; exit 1 if any")
+    c.set_defaults(func=cmd_cleanup)
+
+    k = sub.add_parser("connect", help="a root shell (or one command after --) inside a node")
+    k.add_argument("target", nargs="?", help="sagemaker-cluster:<cluster-id>_<group>-<instance-id>")
+    k.add_argument("--cluster", help="cluster name or ARN (instead of a target)")
+    k.add_argument("--group", help="instance group (with --cluster); default: a controller")
+    k.add_argument("--state-dir", default=str(default_state_dir()))
+    k.add_argument("--db", default=None)
+    k.set_defaults(command_argv=[])
+    k.set_defaults(func=cmd_connect)
+
+    cap = sub.add_parser("capacity", help="the capacity table (reproduce shortages; the server applies changes live)")
+    cap.add_argument("--state-dir", default=str(default_state_dir()))
+    cap.add_argument("--db", default=None)
+    capsub = cap.add_subparsers(dest="capacity_command", required=True)
+    cs = capsub.add_parser("set", help="TYPE=COUNT ... (max live instances of that type)")
+    cs.add_argument("entries", nargs="+")
+    cu = capsub.add_parser("unset", help="TYPE ... (back to unlimited)")
+    cu.add_argument("types", nargs="+")
+    capsub.add_parser("show")
+    cap.set_defaults(func=cmd_capacity)
+
+    m = sub.add_parser("migrate", help="convert a legacy (provisioning_parameters.json) cluster to SlurmConfig")
+    m.add_argument("cluster", help="cluster name or ARN")
+    m.add_argument("--state-dir", default=str(default_state_dir()))
+    m.add_argument("--db", default=None)
+    m.add_argument("--region", default=os.environ.get("SLURMPOD_REGION", "us-east-1"))
+    m.add_argument("--account-id", default=os.environ.get("SLURMPOD_ACCOUNT_ID", "123456789012"))
+    m.set_defaults(func=cmd_migrate)
+
+    w = sub.add_parser("webhooks", help="notification URLs of a cluster (controller failover etc.; SNS-like JSON)")
+    w.add_argument("--state-dir", default=str(default_state_dir()))
+    w.add_argument("--db", default=None)
+    wsub = w.add_subparsers(dest="webhooks_command", required=True)
+    for verb in ("add", "remove"):
+        wp = wsub.add_parser(verb)
+        wp.add_argument("cluster")
+        wp.add_argument("url")
+    wl = wsub.add_parser("list")
+    wl.add_argument("cluster")
+    w.set_defaults(func=cmd_webhooks)
+
+    d = sub.add_parser("demo", help="seed 000's cluster on real Slurm here, and a job on it")
+    d.add_argument("--state-dir", default=str(default_state_dir()))
+    d.add_argument("--port", type=int, default=8080)
+    d.add_argument("--down", action="store_true", help="delete the demo cluster and stop its server")
+    d.set_defaults(func=cmd_demo)
+
+    add_events_parser(sub)
+    add_hosts_parser(sub)
+
+    i = sub.add_parser("images", help="image releases (AMIs): list, publish, mark")
+    i.add_argument("--state-dir", default=str(default_state_dir()))
+    i.add_argument("--db", default=None)
+    isub = i.add_subparsers(dest="images_command", required=True)
+    il = isub.add_parser("list", help="list image releases")
+    ip = isub.add_parser("publish", help="publish a new release whose baseline runs an extra setup step")
+    ip.add_argument("--from", dest="base", default=None, help="base release (default: latest)")
+    ip.add_argument("--script", default=None, help="bash file run as root in every node of the release")
+    ip.add_argument("--release", default=None, help="release version X.Y.Z (default: next patch)")
+    ip.add_argument("--description", default=None)
+    ip.set_defaults(func=cmd_images)
+    im = isub.add_parser("mark", help="mark a release")
+    im.add_argument("image_id")
+    flag = im.add_mutually_exclusive_group(required=True)
+    flag.add_argument("--security-update-required", action="store_true")
+    flag.add_argument("--end-of-life", action="store_true")
+    im.set_defaults(func=cmd_images)
+    il.set_defaults(func=cmd_images)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    trailing: list[str] = []
+    if argv and argv[0] == "connect" and "--" in argv:
+        cut = argv.index("--")
+        argv, trailing = argv[:cut], argv[cut + 1 :]
+    args = build_parser().parse_args(argv)
+    if trailing:
+        args.command_argv = trailing
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

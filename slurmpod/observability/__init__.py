@@ -1,0 +1,1 @@
+"""Process-wide observability: Prometheus instruments (``metrics``)."""

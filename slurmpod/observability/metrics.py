@@ -1,0 +1,98 @@
+"""Prometheus metrics served at ``/metrics`` (text exposition format).
+
+Two kinds:
+
+* process-wide instruments in ``REGISTRY``, updated where things happen: API request latency by operation
+  and code (``api.app``), reconcile pass duration (``Reconciler.run_once``), provider launch failures by
+  reason (``Reconciler._boot_failed``), plus the standard ``process_*`` collector;
+* gauges computed from the store at scrape time (``slurmpod.store.collector.StoreCollector``, passed to
+  ``render``): clusters and nodes by status and the cluster operations in flight.
+
+This module is a leaf (prometheus_client only): the reconciler and the API import it without SQLAlchemy.
+
+Label values are bounded: operations outside the implemented set are reported as ``other`` by the caller,
+failure reasons are a small fixed vocabulary (``launch_failure_reason``), statuses are enum values.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+__all__ = [
+    "API_LATENCY",
+    "CONTENT_TYPE",
+    "LAUNCH_FAILURES",
+    "RECONCILE_PASS",
+    "REGISTRY",
+    "launch_failure_reason",
+    "observe_request",
+    "record_launch_failure",
+    "render",
+]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+REGISTRY = CollectorRegistry()
+ProcessCollector(registry=REGISTRY)
+
+API_LATENCY = Histogram(
+    "slurmpod_api_request_duration_seconds",
+    "API request latency (POST /) by operation and result code (OK or the error code).",
+    ["operation", "code"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=REGISTRY,
+)
+RECONCILE_PASS = Histogram(
+    "slurmpod_reconcile_pass_duration_seconds",
+    "Duration of one reconcile pass over every cluster.",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    registry=REGISTRY,
+)
+LAUNCH_FAILURES = Counter(
+    "slurmpod_provider_launch_failures",
+    "Node launches that failed (each failed attempt), by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+
+class BootFailure(Protocol):
+    message: str
+    retryable: bool
+
+
+def observe_request(operation: str, code: str, seconds: float) -> None:
+    """One API request; ``operation`` must already be bounded (an implemented operation, ``other`` or ``-``)."""
+    API_LATENCY.labels(operation=operation, code=code).observe(seconds)
+
+
+def launch_failure_reason(exc: BootFailure) -> str:
+    """A small fixed vocabulary: capacity, internal, lifecycle_script, slurm, image, launch."""
+    text = exc.message.lower()
+    if exc.retryable or "capacity" in text:
+        return "capacity"
+    if text.startswith("internal error"):
+        return "internal"
+    if "lifecycle" in text or "script" in text or "on_create" in text or "oncreate" in text:
+        return "lifecycle_script"
+    if "slurm" in text or "controller" in text or "join" in text:
+        return "slurm"
+    if "image" in text or "root volume" in text:
+        return "image"
+    return "launch"
+
+
+def record_launch_failure(exc: BootFailure) -> None:
+    LAUNCH_FAILURES.labels(reason=launch_failure_reason(exc)).inc()
+
+
+def render(*collectors: Collector) -> bytes:
+    """The whole exposition: the process-wide instruments, then ``collectors`` (e.g. ``store.collector``'s
+    gauges), each collected at scrape time."""
+    scrape = CollectorRegistry()
+    for collector in collectors:
+        scrape.register(collector)
+    return generate_latest(REGISTRY) + generate_latest(scrape)
