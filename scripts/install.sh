@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything slurmpod needs on a fresh Debian 12 machine (run as root):
 # Debian's Slurm 22.05 + munge + iproute2 (real clusters), PostgreSQL (store tests), and slurmpod itself
-# in a virtualenv with its test dependencies. Idempotent: safe to run again.
+# in a virtualenv with its test, ssh, demo, bench and dev extras. Idempotent: safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,7 +64,9 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 echo "== installing slurmpod into $VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+# every extra the test command needs: test (pytest & co.), ssh (the ssh provider's tests), demo (scripts/demo.sh),
+# bench (moto, for bench/moto_compare.py), dev (ruff, mypy, import-linter).
 # Playwright's Python package only: never its own browser download (the tests use Debian's chromium)
-PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install -q -e ".[test]"
+PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install -q -e ".[test,ssh,demo,bench,dev]"
 ln -sf "$VENV/bin/slurmpod" /usr/local/bin/slurmpod
 echo "== ready: $("$VENV/bin/slurmpod" --help | head -n 1)"

@@ -9,6 +9,8 @@ echo "== ruff"
 "$VENV/bin/ruff" check .
 echo "== mypy (core packages)"
 "$VENV/bin/mypy" || { echo "mypy found type errors"; exit 1; }
+echo "== import-linter (layer rules in pyproject.toml)"
+"$VENV/bin/lint-imports" || { echo "an import breaks a layer rule"; exit 1; }
 echo "== pytest"
 export SLURMPOD_REQUIRE_POSTGRES=1
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
