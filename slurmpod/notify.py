@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from slurmpod.domain.events import Notification
 from slurmpod.domain.model import ClusterRecord
 
 log = logging.getLogger("slurmpod.notify")
@@ -32,12 +33,19 @@ class SettingsStore(Protocol):
 
 
 def webhook_urls(cluster: ClusterRecord, store: SettingsStore) -> list[str]:
-    urls: list[str] = []
-    for tag in cluster.spec.extras.get("Tags") or []:
-        if isinstance(tag, Mapping) and tag.get("Key") == TAG_KEY and isinstance(tag.get("Value"), str):
-            urls.append(tag["Value"])
+    urls = cluster.spec.tag_values(TAG_KEY)
     urls += list((store.get_setting(SETTING_KEY) or {}).get(cluster.cluster_id, []))
     return list(dict.fromkeys(u for u in urls if u.startswith(("http://", "https://"))))
+
+
+def subject_of(cluster: ClusterRecord, note: Notification) -> str:
+    return f"slurmpod: {note.kind.value} in {cluster.name}"
+
+
+def detail_of(note: Notification) -> dict[str, Any]:
+    """The notification as the members of the message body (after ClusterName and ClusterArn)."""
+    return {"Event": note.kind.value, "InstanceId": note.instance_id, "Hostname": note.hostname,
+            "Description": note.description}
 
 
 def message(cluster: ClusterRecord, subject: str, detail: Mapping[str, Any], now: float) -> dict[str, Any]:
@@ -66,7 +74,12 @@ class Notifier:
         self.post = post
         self.backoff = backoff
 
+    def notify(self, cluster: ClusterRecord, note: Notification, now: float) -> None:
+        """Delivers ``note`` to the cluster's webhooks in the background (nothing to do without any)."""
+        self.send(cluster, subject_of(cluster, note), detail_of(note), now)
+
     def send(self, cluster: ClusterRecord, subject: str, detail: Mapping[str, Any], now: float) -> None:
+        """The older call form (subject and message members built by the caller); prefer :meth:`notify`."""
         urls = webhook_urls(cluster, self.store)
         if not urls:
             return

@@ -16,7 +16,7 @@ import botocore.model
 
 from slurmpod.api.contract.model import get_model
 from slurmpod.api.pagination import decode_token, encode_token
-from slurmpod.domain.model import ClusterRecord, EventRecord
+from slurmpod.domain.model import ClusterRecord, EventDetails, EventRecord
 from slurmpod.domain.status import ResourceType
 from slurmpod.errors import ResourceNotFound, ValidationException
 from slurmpod.service.clusters import Caller, ClusterService
@@ -24,7 +24,6 @@ from slurmpod.service.clusters import Caller, ClusterService
 Params = Mapping[str, Any]
 
 DEFAULT_MAX_RESULTS = 100
-_SCALING_KEYS = frozenset({"InstanceCount", "TargetCount", "MinCount"})
 # ResourceType -> EventMetadata union member (InstanceGroup events carrying counts use InstanceGroupScaling).
 _METADATA_MEMBER = {
     ResourceType.CLUSTER: "Cluster",
@@ -109,25 +108,29 @@ def event_summary(e: EventRecord) -> dict[str, Any]:
     return _common(e, _members("ClusterEventSummary"))
 
 
+def _metadata_body(details: EventDetails) -> dict[str, Any]:
+    """The wire members of ``details`` (in sorted order, as events stored wire-keyed details before)."""
+    out: dict[str, Any] = {}
+    if details.failure_message is not None:
+        out["FailureMessage"] = details.failure_message
+    if details.scaling is not None:
+        s = details.scaling
+        out.update({"InstanceCount": s.instance_count, "MinCount": s.min_count, "TargetCount": s.target_count})
+    return out
+
+
 def event_metadata(e: EventRecord, extra: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The ``EventMetadata`` union for an event (exactly one member), or None when there is nothing to say.
 
-    ``details`` is either already keyed by a union member (``{"InstanceGroupScaling": {...}}``) or a flat
-    mapping (``{"FailureMessage": ...}``) that goes to the member matching the event's ResourceType.
+    The member is the event's ResourceType; an InstanceGroup event with scaling counts uses
+    ``InstanceGroupScaling``. ``extra`` adds wire members (``NodeLogicalId``) the store knows elsewhere.
     """
     union = _shape("EventMetadata")
     assert isinstance(union, botocore.model.StructureShape)  # noqa: S101
-    details: dict[str, Any] = dict(e.details)
-    keyed = [k for k in details if k in union.members and isinstance(details[k], Mapping)]
-    if len(keyed) == 1 and len(details) == 1:
-        member = keyed[0]
-        body: Mapping[str, Any] = details[member]
-    else:
-        details.update(extra or {})
-        member = _METADATA_MEMBER[e.resource_type]
-        if member == "InstanceGroup" and _SCALING_KEYS & details.keys() and "InstanceGroupScaling" in union.members:
-            member = "InstanceGroupScaling"
-        body = details
+    member = _METADATA_MEMBER[e.resource_type]
+    if e.details.scaling is not None and "InstanceGroupScaling" in union.members:
+        member = "InstanceGroupScaling"
+    body = {**_metadata_body(e.details), **(extra or {})}
     target = union.members.get(member)
     if not isinstance(target, botocore.model.StructureShape):
         return None
@@ -222,7 +225,7 @@ def describe_cluster_event(svc: ClusterService, caller: Caller, p: Params) -> di
     if event is None:
         raise ResourceNotFound(f"Event {p['EventId']} not found in cluster {rec.name}.")
     extra: dict[str, Any] = {}
-    if event.resource_type == ResourceType.INSTANCE and event.instance_id and not event.details.get("NodeLogicalId"):
+    if event.resource_type == ResourceType.INSTANCE and event.instance_id:
         node = svc.store.get_node(event.instance_id)
         if node is not None and node.cluster_id == rec.cluster_id and node.logical_id:
             extra["NodeLogicalId"] = node.logical_id

@@ -77,7 +77,7 @@ def _group_image(svc: ClusterService, rec: ClusterRecord, group: str, nodes: lis
         desired=desired,
         status=_stale_status(svc, stale[0]) if stale else ImageVersionStatus.UP_TO_DATE,
         software_update_status=rec.software_update_status.get(group),
-        active_update_config=su.config if su is not None and group in su.groups and su.config else None,
+        active_update=su.deployment if su is not None and group in su.groups else None,
     )
 
 
@@ -261,7 +261,8 @@ def batch_delete_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -
 
 def update_cluster_software(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
     groups = [g["InstanceGroupName"] for g in p.get("InstanceGroups") or ()] or None
-    rec = svc.update_software(caller, p["ClusterName"], groups, p.get("ImageId"), p.get("DeploymentConfig") or {})
+    deployment = tr.deployment_from_wire(p.get("DeploymentConfig"))
+    rec = svc.update_software(caller, p["ClusterName"], groups, p.get("ImageId"), deployment)
     return {"ClusterArn": rec.arn}
 
 

@@ -9,10 +9,17 @@ from typing import Any
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import (
     AccountingDatabaseSpec,
+    CapacitySize,
+    CapacitySizeType,
     ClusterSpec,
+    DeploymentSpec,
     InstanceGroupSpec,
     LifeCycleConfig,
+    NodeProvisioningMode,
+    NodeRecovery,
+    ScheduledUpdateSpec,
     SlurmConfig,
+    Tag,
 )
 from slurmpod.domain.status import (
     ClusterStatus,
@@ -21,20 +28,99 @@ from slurmpod.domain.status import (
     InstanceStatus,
     NodeType,
     SlurmConfigStrategy,
+    SoftwareUpdateStatus,
 )
 from slurmpod.domain.validation import effective_min_count
 
 _GROUP_KNOWN = {
     "InstanceCount", "MinInstanceCount", "InstanceGroupName", "InstanceType", "LifeCycleConfig",
-    "ExecutionRole", "ThreadsPerCore", "SlurmConfig", "ImageId",
+    "ExecutionRole", "ThreadsPerCore", "SlurmConfig", "ImageId", "ScheduledUpdateConfig",
 }
 # Group members stored opaquely and echoed in ClusterInstanceGroupDetails / ClusterNodeDetails.
 _GROUP_ECHO = (
     "InstanceRequirements", "InstanceStorageConfigs", "OnStartDeepHealthChecks", "TrainingPlanArn",
-    "OverrideVpcConfig", "ScheduledUpdateConfig", "KubernetesConfig", "CapacityRequirements", "NetworkInterface",
+    "OverrideVpcConfig", "KubernetesConfig", "CapacityRequirements", "NetworkInterface",
 )
 _NODE_ECHO = ("OverrideVpcConfig", "InstanceStorageConfigs", "KubernetesConfig", "NetworkInterface")
-_CLUSTER_ECHO = ("VpcConfig", "RestrictedInstanceGroups", "TieredStorageConfig", "ClusterRole", "AutoScaling", "Tags")
+_CLUSTER_ECHO = ("VpcConfig", "RestrictedInstanceGroups", "TieredStorageConfig", "ClusterRole", "AutoScaling")
+
+
+# ---- deployment, schedule, tags ------------------------------------------------------------------------
+# Echoed with their members in sorted order: the order the stored (sort_keys) wire dicts had before these
+# members were typed, so DescribeCluster's bytes are unchanged.
+
+
+def _capacity_from_wire(w: Any) -> CapacitySize | None:
+    if not isinstance(w, Mapping):
+        return None
+    return CapacitySize(CapacitySizeType(w["Type"]), int(w["Value"]))
+
+
+def _capacity_to_wire(c: CapacitySize) -> dict[str, Any]:
+    return {"Type": c.type.value, "Value": c.value}
+
+
+def deployment_from_wire(w: Mapping[str, Any] | None) -> DeploymentSpec:
+    """A ``DeploymentConfiguration`` (UpdateClusterSoftware, ScheduledUpdateConfig) as a DeploymentSpec."""
+    if not w:
+        return DeploymentSpec()
+    policy = w.get("RollingUpdatePolicy")
+    policy = policy if isinstance(policy, Mapping) else {}
+    alarms = w.get("AutoRollbackConfiguration")
+    wait = w.get("WaitIntervalInSeconds")
+    return DeploymentSpec(
+        batch=_capacity_from_wire(policy.get("MaximumBatchSize")),
+        rollback_batch=_capacity_from_wire(policy.get("RollbackMaximumBatchSize")),
+        wait_seconds=None if wait is None else int(wait),
+        rollback_alarms=None if alarms is None else tuple(a["AlarmName"] for a in alarms),
+    )
+
+
+def deployment_to_wire(d: DeploymentSpec) -> dict[str, Any]:
+    """The DeploymentConfiguration as requested (members not given stay absent)."""
+    out: dict[str, Any] = {}
+    if d.rollback_alarms is not None:
+        out["AutoRollbackConfiguration"] = [{"AlarmName": a} for a in d.rollback_alarms]
+    if d.batch is not None or d.rollback_batch is not None:
+        policy: dict[str, Any] = {}
+        if d.batch is not None:
+            policy["MaximumBatchSize"] = _capacity_to_wire(d.batch)
+        if d.rollback_batch is not None:
+            policy["RollbackMaximumBatchSize"] = _capacity_to_wire(d.rollback_batch)
+        out["RollingUpdatePolicy"] = policy
+    if d.wait_seconds is not None:
+        out["WaitIntervalInSeconds"] = d.wait_seconds
+    return out
+
+
+def scheduled_update_from_wire(w: Any) -> ScheduledUpdateSpec | None:
+    if not isinstance(w, Mapping) or not isinstance(w.get("ScheduleExpression"), str):
+        return None
+    dep = w.get("DeploymentConfig")
+    return ScheduledUpdateSpec(w["ScheduleExpression"], None if dep is None else deployment_from_wire(dep))
+
+
+def scheduled_update_to_wire(s: ScheduledUpdateSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if s.deployment is not None:
+        out["DeploymentConfig"] = deployment_to_wire(s.deployment)
+    out["ScheduleExpression"] = s.expression
+    return out
+
+
+def _tags_from_wire(w: Any) -> tuple[Tag, ...]:
+    return tuple(Tag(t["Key"], t["Value"]) for t in w or () if isinstance(t, Mapping))
+
+
+def _enum_or_none(kind: Any, value: Any) -> Any:
+    return None if value is None else kind(value)
+
+
+def _group_echo(group: InstanceGroupSpec, members: tuple[str, ...]) -> dict[str, Any]:
+    echo = {k: v for k, v in group.extras.items() if k in members}
+    if "ScheduledUpdateConfig" in members and group.scheduled_update is not None:
+        echo["ScheduledUpdateConfig"] = scheduled_update_to_wire(group.scheduled_update)
+    return dict(sorted(echo.items()))
 
 
 def group_from_wire(w: Mapping[str, Any]) -> InstanceGroupSpec:
@@ -61,6 +147,7 @@ def group_from_wire(w: Mapping[str, Any]) -> InstanceGroupSpec:
         if sc is None
         else SlurmConfig(node_type=node_type, partition_names=tuple(sc.get("PartitionNames") or ())),
         image_id=w.get("ImageId"),
+        scheduled_update=scheduled_update_from_wire(w.get("ScheduledUpdateConfig")),
         extras={k: v for k, v in w.items() if k not in _GROUP_KNOWN and k in _GROUP_ECHO},
     )
 
@@ -90,11 +177,12 @@ def spec_from_create(params: Mapping[str, Any]) -> ClusterSpec:
     return ClusterSpec(
         name=params["ClusterName"],
         instance_groups=tuple(group_from_wire(g) for g in params.get("InstanceGroups") or ()),
-        node_provisioning_mode=params.get("NodeProvisioningMode"),
-        node_recovery=params.get("NodeRecovery"),
+        node_provisioning_mode=_enum_or_none(NodeProvisioningMode, params.get("NodeProvisioningMode")),
+        node_recovery=_enum_or_none(NodeRecovery, params.get("NodeRecovery")),
         slurm_config_strategy=strategy,
         has_orchestrator=has_orch,
         accounting_database=_accounting_database(params),
+        tags=_tags_from_wire(params.get("Tags")),
         extras={k: params[k] for k in _CLUSTER_ECHO if k in params},
     )
 
@@ -109,12 +197,15 @@ def spec_from_update(params: Mapping[str, Any], current: ClusterSpec) -> tuple[C
         name=current.name,
         # omitted InstanceGroups: () -- validation/merge keep every group not being deleted
         instance_groups=tuple(group_from_wire(g) for g in groups) if groups is not None else (),
-        node_provisioning_mode=params.get("NodeProvisioningMode", current.node_provisioning_mode),
-        node_recovery=params.get("NodeRecovery", current.node_recovery),
+        node_provisioning_mode=_enum_or_none(NodeProvisioningMode, params["NodeProvisioningMode"])
+        if "NodeProvisioningMode" in params else current.node_provisioning_mode,
+        node_recovery=_enum_or_none(NodeRecovery, params["NodeRecovery"])
+        if "NodeRecovery" in params else current.node_recovery,
         slurm_config_strategy=strategy,
         has_orchestrator=has_orch or current.has_orchestrator,
         # omitted: unchanged (merge_update keeps it; an attached database can never be detached, AWS's rule)
         accounting_database=_accounting_database(params),
+        tags=_tags_from_wire(params["Tags"]) if "Tags" in params else current.tags,
         extras=extras,
     )
     return spec, has_orch
@@ -143,8 +234,8 @@ class ImageView:
     current: str
     desired: str
     status: ImageVersionStatus
-    software_update_status: str | None = None
-    active_update_config: Mapping[str, Any] | None = None
+    software_update_status: SoftwareUpdateStatus | None = None
+    active_update: DeploymentSpec | None = None
 
 
 def group_details(
@@ -167,11 +258,12 @@ def group_details(
         "CurrentImageId": image.current,
         "DesiredImageId": image.desired,
         "ImageVersionStatus": image.status.value,
-        "SoftwareUpdateStatus": image.software_update_status,
-        "ActiveSoftwareUpdateConfig": dict(image.active_update_config) if image.active_update_config else None,
+        "SoftwareUpdateStatus": image.software_update_status.value if image.software_update_status else None,
+        "ActiveSoftwareUpdateConfig": (deployment_to_wire(image.active_update) or None) if image.active_update
+        else None,
         "SlurmConfig": _slurm_to_wire(group.slurm_config),
     }
-    out.update({k: v for k, v in group.extras.items() if k in _GROUP_ECHO})
+    out.update(_group_echo(group, (*_GROUP_ECHO, "ScheduledUpdateConfig")))
     return out
 
 
@@ -184,8 +276,8 @@ def describe_cluster(cluster: ClusterRecord, groups: list[dict[str, Any]]) -> di
         "CreationTime": cluster.creation_time,
         "FailureMessage": cluster.failure_message,
         "InstanceGroups": groups,
-        "NodeRecovery": spec.node_recovery,
-        "NodeProvisioningMode": spec.node_provisioning_mode,
+        "NodeRecovery": spec.node_recovery.value if spec.node_recovery else None,
+        "NodeProvisioningMode": spec.node_provisioning_mode.value if spec.node_provisioning_mode else None,
     }
     api_driven = spec.topology_source == "api" and any(g.slurm_config for g in spec.instance_groups)
     if spec.has_orchestrator or spec.slurm_config_strategy or api_driven or spec.accounting_database:
@@ -202,7 +294,7 @@ def describe_cluster(cluster: ClusterRecord, groups: list[dict[str, Any]]) -> di
                 "Name": adb.effective_name(cluster.cluster_id), "SecretArn": adb.secret_arn,
             }
         out["Orchestrator"] = {"Slurm": slurm}
-    out.update({k: v for k, v in spec.extras.items() if k in _CLUSTER_ECHO and k != "Tags"})
+    out.update({k: v for k, v in spec.extras.items() if k in _CLUSTER_ECHO})
     return out
 
 
@@ -260,7 +352,7 @@ def node_details(n: NodeRecord, group: InstanceGroupSpec | None, region: str, im
         "CapacityType": "OnDemand",
     }
     if group:
-        out.update({k: v for k, v in group.extras.items() if k in _NODE_ECHO})
+        out.update(_group_echo(group, _NODE_ECHO))
     return out
 
 

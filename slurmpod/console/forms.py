@@ -20,8 +20,8 @@ from typing import Any
 
 from slurmpod.api.app import ApiContext, dispatch
 from slurmpod.api.model import raise_for_input
+from slurmpod.api.translate import deployment_to_wire, scheduled_update_to_wire
 from slurmpod.domain.schedule import ScheduleError, parse_schedule
-from slurmpod.domain.software import SCHEDULED_UPDATE_CONFIG
 from slurmpod.domain.spec import InstanceGroupSpec
 from slurmpod.errors import ServiceError, ValidationException, validation_message
 from slurmpod.service.clusters import Caller
@@ -97,6 +97,8 @@ def group_wire(g: InstanceGroupSpec, with_slurm: bool) -> dict[str, Any]:
         if sc.partition_names:
             out["SlurmConfig"]["PartitionNames"] = list(sc.partition_names)
     out.update(dict(g.extras))
+    if g.scheduled_update is not None:
+        out["ScheduledUpdateConfig"] = scheduled_update_to_wire(g.scheduled_update)
     return out
 
 
@@ -157,11 +159,11 @@ def _schedule(ctx: ApiContext, caller: Caller, cluster: str, groups: Sequence[st
     for g in rec.spec.instance_groups:
         member = group_wire(g, with_slurm)
         if g.name in groups:
-            previous = g.extras.get(SCHEDULED_UPDATE_CONFIG)
+            previous = g.scheduled_update.deployment if g.scheduled_update else None
             cfg: dict[str, Any] = {"ScheduleExpression": expr}
-            if isinstance(previous, Mapping) and previous.get("DeploymentConfig"):
-                cfg["DeploymentConfig"] = previous["DeploymentConfig"]
-            member[SCHEDULED_UPDATE_CONFIG] = cfg
+            if previous is not None and not previous.empty:
+                cfg["DeploymentConfig"] = deployment_to_wire(previous)
+            member["ScheduledUpdateConfig"] = cfg
         wire.append(member)
     unknown = [g for g in groups if rec.spec.group(g) is None]
     if unknown:

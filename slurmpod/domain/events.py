@@ -1,25 +1,42 @@
-"""Cluster event construction: HyperPod's description templates, pure (ids and time are passed in)."""
+"""Cluster event construction: HyperPod's description templates, pure (ids and time are passed in).
+
+Every AWS-worded event description slurmpod writes is built here, so the wording lives in one place and the
+reconciler, the service and the planners only pick the template. ``Notification`` is the typed value a
+webhook delivers (``slurmpod.notify`` wraps it in its SNS-shaped envelope).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
-from slurmpod.domain.model import ClusterRecord, EventRecord
-from slurmpod.domain.status import EventLevel, ResourceType
+from slurmpod.domain.model import ClusterRecord, EventDetails, EventRecord, GroupScaling
+from slurmpod.domain.status import EventLevel, ResourceType, UpdatePhase
+
+__all__ = ["EventDetails", "EventLevel", "GroupScaling", "ResourceType"]
 
 
 @dataclass(frozen=True)
 class EventDraft:
-    """An event before it gets an id and a time (plan functions return drafts)."""
+    """An event before it gets an id and a time (plan functions return drafts).
+
+    ``details`` is an ``EventDetails``; a Mapping (the older wire-keyed form, e.g. ``{"FailureMessage": m}``)
+    is still accepted and converted by :func:`finish`."""
 
     resource_type: ResourceType
     level: EventLevel
     description: str
     group: str | None = None
     instance_id: str | None = None
-    details: Mapping[str, Any] | None = None
+    details: EventDetails | Mapping[str, Any] | None = None
+
+
+def as_details(details: EventDetails | Mapping[str, Any] | None) -> EventDetails:
+    if isinstance(details, EventDetails):
+        return details
+    return EventDetails.from_dict(details)
 
 
 def finish(draft: EventDraft, cluster: ClusterRecord, event_id: str, now: float) -> EventRecord:
@@ -35,8 +52,15 @@ def finish(draft: EventDraft, cluster: ClusterRecord, event_id: str, now: float)
         group=draft.group,
         instance_id=draft.instance_id,
         operation_id=cluster.operation_id,
-        details=dict(draft.details or {}),
+        details=as_details(draft.details),
     )
+
+
+def _failure(failure: str | None) -> EventDetails | None:
+    return EventDetails(failure_message=failure) if failure else None
+
+
+# ---- generic templates ---------------------------------------------------------------------------
 
 
 def cluster_event(cluster_name: str, operation: str, outcome: str, *, level: EventLevel = EventLevel.INFO,
@@ -47,8 +71,7 @@ def cluster_event(cluster_name: str, operation: str, outcome: str, *, level: Eve
         "completed": f"Cluster {cluster_name} {operation} completed successfully",
         "failed": f"Cluster {cluster_name} {operation} failed",
     }[outcome]
-    details = {"FailureMessage": failure} if failure else None
-    return EventDraft(ResourceType.CLUSTER, level, text, details=details)
+    return EventDraft(ResourceType.CLUSTER, level, text, details=_failure(failure))
 
 
 def group_event(cluster_name: str, group: str, operation: str, outcome: str, *,
@@ -58,15 +81,29 @@ def group_event(cluster_name: str, group: str, operation: str, outcome: str, *,
         "completed": f"Instance Group {group} {operation} in Cluster {cluster_name} completed successfully",
         "failed": f"Instance Group {group} {operation} in Cluster {cluster_name} failed",
     }[outcome]
-    details = {"FailureMessage": failure} if failure else None
-    return EventDraft(ResourceType.INSTANCE_GROUP, level, text, group=group, details=details)
+    return EventDraft(ResourceType.INSTANCE_GROUP, level, text, group=group, details=_failure(failure))
 
 
 def instance_event(description: str, group: str, instance_id: str | None, *,
                    level: EventLevel = EventLevel.INFO, failure: str | None = None) -> EventDraft:
-    details = {"FailureMessage": failure} if failure else None
     return EventDraft(ResourceType.INSTANCE, level, description, group=group, instance_id=instance_id,
-                      details=details)
+                      details=_failure(failure))
+
+
+def _group_note(text: str, group: str, level: EventLevel = EventLevel.INFO) -> EventDraft:
+    return EventDraft(ResourceType.INSTANCE_GROUP, level, text, group=group)
+
+
+def _cluster_note(text: str, level: EventLevel = EventLevel.INFO, failure: str | None = None) -> EventDraft:
+    return EventDraft(ResourceType.CLUSTER, level, text, details=_failure(failure))
+
+
+# ---- instances: creation, boot, removal ------------------------------------------------------------
+
+
+def instance_creation_started(cluster_name: str, group: str) -> EventDraft:
+    return instance_event(f"Instance creation started successfully in Cluster {cluster_name} and IG {group}",
+                          group, None)
 
 
 def instance_provisioned(cluster_name: str, group: str, instance_id: str) -> EventDraft:
@@ -81,7 +118,180 @@ def instance_failed(cluster_name: str, group: str, instance_id: str, failure: st
         group, instance_id, level=EventLevel.ERROR, failure=failure)
 
 
+def instance_launch_retry(cluster_name: str, group: str, instance_id: str, delay: float, failure: str) -> EventDraft:
+    """Continuous mode: a failed launch is retried after ``delay`` seconds."""
+    return instance_event(f"Instance launch in Cluster {cluster_name} and IG {group} will be retried in "
+                          f"{int(delay)} s", group, instance_id, level=EventLevel.WARN, failure=failure)
+
+
+def lifecycle_script_completed(group: str, instance_id: str, script: str, digest: str | None) -> EventDraft:
+    return instance_event(f"Instance lifecycle script execution for EC2 Instance {instance_id} has Completed "
+                          f"({script} from {digest})", group, instance_id)
+
+
 def instance_terminating(cluster_name: str, group: str, instance_id: str) -> EventDraft:
     return instance_event(
         f"Termination of EC2 Instance {instance_id} is currently in progress in Cluster {cluster_name} "
         f"and IG {group}", group, instance_id)
+
+
+# ---- node operations and health --------------------------------------------------------------------
+
+
+def node_op_failed(cluster_name: str, group: str, instance_id: str, op: str, failure: str) -> EventDraft:
+    """A reboot or refresh (``op``) of a node failed."""
+    return instance_event(f"Instance {op} {instance_id} in Cluster {cluster_name} and IG {group} failed",
+                          group, instance_id, level=EventLevel.ERROR, failure=failure)
+
+
+def instance_unhealthy(group: str, instance_id: str, *, automatic: bool) -> EventDraft:
+    """A dead instance: NodeRecovery Automatic reboots it, None leaves it (Failure) to the operator."""
+    if automatic:
+        return instance_event(f"Instance {instance_id} in IG {group} is unhealthy (its processes are gone); "
+                              "NodeRecovery Automatic is rebooting it", group, instance_id, level=EventLevel.WARN)
+    return instance_event(f"Instance {instance_id} in IG {group} is unhealthy; NodeRecovery is None, so it is left "
+                          "to the operator", group, instance_id, level=EventLevel.ERROR)
+
+
+def slurm_requested(group: str, instance_id: str, action: str) -> EventDraft:
+    """Slurm's ``Action:Replace`` / ``Action:Reboot`` reason on an idle node."""
+    return instance_event(f"Slurm asked to {action.lower()} instance {instance_id} in IG {group} "
+                          f"(Action:{action}); its jobs have ended", group, instance_id)
+
+
+def service_health(text: str, *, restored: bool) -> EventDraft:
+    """A cluster service (the accounting host) was restored (Warn) or could not be (Error)."""
+    return _cluster_note(text, EventLevel.WARN if restored else EventLevel.ERROR)
+
+
+class NotificationKind(str, Enum):
+    CONTROLLER_DOWN = "ControllerDown"
+    CONTROLLER_UP = "ControllerUp"
+
+
+@dataclass(frozen=True)
+class Notification:
+    """What a cluster's webhooks are told (besides the cluster itself)."""
+
+    kind: NotificationKind
+    instance_id: str
+    hostname: str
+    description: str
+
+
+def controller_up(cluster_name: str, group: str, instance_id: str, host: str, *,
+                  primary: bool) -> tuple[EventDraft, Notification]:
+    """A controller came back: as the primary again (first in SlurmctldHost order) or as a backup."""
+    text = (f"Slurm controller {host} (instance {instance_id}) in Cluster {cluster_name} is back"
+            + (" and serves as primary again" if primary else " as a backup"))
+    return (instance_event(text, group, instance_id),
+            Notification(NotificationKind.CONTROLLER_UP, instance_id, host, text))
+
+
+def controller_down(cluster_name: str, group: str, instance_id: str, host: str, *,
+                    backup: str | None) -> tuple[EventDraft, Notification]:
+    """A controller went down; ``backup`` is the hostname of the Running controller that takes over, if any."""
+    text = (f"Slurm controller {host} (instance {instance_id}) in Cluster {cluster_name} is down; "
+            + (f"backup controller {backup} takes over" if backup else "no backup controller serves"))
+    level = EventLevel.WARN if backup else EventLevel.ERROR
+    return (instance_event(text, group, instance_id, level=level),
+            Notification(NotificationKind.CONTROLLER_DOWN, instance_id, host, text))
+
+
+# ---- topology ---------------------------------------------------------------------------------------
+
+
+def slurm_reconfigured() -> EventDraft:
+    return _cluster_note("Slurm was reconfigured successfully. Slurm config updated to match desired state")
+
+
+def drift_message(drift: Sequence[str]) -> str:
+    """The cluster's FailureMessage when a Managed update finds configuration drift."""
+    return f"Configuration drift detected. {'; '.join(drift)}"
+
+
+def drift_detected(drift: Sequence[str]) -> EventDraft:
+    return _cluster_note(f"Slurm configuration drift detected: {'; '.join(drift)}", EventLevel.ERROR,
+                         failure=drift_message(drift))
+
+
+# ---- Continuous provisioning: MinCount ---------------------------------------------------------------
+
+
+def min_capacity_reached(cluster_name: str, group: str, running: int, target: int, minimum: int) -> EventDraft:
+    return EventDraft(
+        ResourceType.INSTANCE_GROUP, EventLevel.INFO,
+        f"Minimum capacity reached for InstanceGroup {group} in Cluster {cluster_name} "
+        f"({running}/{target} instances, MinCount {minimum})",
+        group=group, details=EventDetails(scaling=GroupScaling(running, target, minimum)))
+
+
+def min_count_rollback(cluster_name: str, group: str, count: int, target: int, minimum: int, restored_min: int,
+                       failure: str) -> EventDraft:
+    """MinCount was not reached in time: the group goes back to ``count`` instances and MinCount ``restored_min``."""
+    return EventDraft(
+        ResourceType.INSTANCE_GROUP, EventLevel.WARN,
+        f"Rollback initiated for InstanceGroup {group} in Cluster {cluster_name}: restoring InstanceCount "
+        f"{count} and MinCount {restored_min}", group=group,
+        details=EventDetails(failure_message=failure, scaling=GroupScaling(count, target, minimum)))
+
+
+# ---- software updates ----------------------------------------------------------------------------------
+
+
+def software_update_initiated(cluster_name: str, group: str) -> EventDraft:
+    return _group_note(f"UpdateClusterSoftware initiated for IG {group} in Cluster {cluster_name} using rolling "
+                       "strategy.", group)
+
+
+def software_update_scheduled(cluster_name: str, group: str) -> EventDraft:
+    return _group_note(f"InstanceGroup {group} in Cluster {cluster_name} has been scheduled for "
+                       "UpdateClusterSoftware to latest.", group)
+
+
+def update_batch_selected(cluster_name: str, group: str, phase: UpdatePhase) -> EventDraft:
+    if phase == UpdatePhase.ROLLBACK:
+        return _group_note(f"Next rollback batch selected for IG {group} in Cluster {cluster_name}.", group,
+                           EventLevel.WARN)
+    return _group_note(f"Next update batch selected for IG {group} in Cluster {cluster_name}.", group)
+
+
+def software_update_rollback_initiated(cluster_name: str, group: str) -> EventDraft:
+    return _group_note(f"UpdateClusterSoftware failed for IG {group} in Cluster {cluster_name}. Initiating rollback.",
+                       group, EventLevel.ERROR)
+
+
+def software_update_completed(cluster_name: str, group: str) -> EventDraft:
+    return _group_note(f"UpdateClusterSoftware completed successfully for IG {group} in Cluster {cluster_name}.",
+                       group)
+
+
+def software_update_rolled_back(cluster_name: str, group: str) -> EventDraft:
+    return _group_note(f"Rollback of UpdateClusterSoftware completed for IG {group} in Cluster {cluster_name}.",
+                       group, EventLevel.WARN)
+
+
+def software_update_rollback_failed(cluster_name: str, group: str) -> EventDraft:
+    return _group_note(f"Rollback failed for IG {group} in Cluster {cluster_name}. Some instances may be in "
+                       "FailedMaintenance state.", group, EventLevel.ERROR)
+
+
+def root_volume_replacement_started(group: str, instance_id: str) -> EventDraft:
+    return instance_event(f"Root volume replacement started for Instance {instance_id} in IG {group}.",
+                          group, instance_id)
+
+
+def instance_software_updated(group: str, instance_id: str, phase: UpdatePhase) -> EventDraft:
+    """A node finished its replacement: onto the target image (update) or back to its previous one (rollback)."""
+    if phase == UpdatePhase.ROLLBACK:
+        return instance_event(f"Instance {instance_id} in IG {group} rolled back successfully to previous AMI.",
+                              group, instance_id)
+    return instance_event(f"Instance {instance_id} in IG {group} updated successfully.", group, instance_id)
+
+
+def instance_software_update_failed(group: str, instance_id: str, phase: UpdatePhase, failure: str) -> EventDraft:
+    if phase == UpdatePhase.ROLLBACK:
+        text = f"UpdateClusterSoftware rollback failed for instance {instance_id} in IG {group}."
+    else:
+        text = f"Instance {instance_id} in IG {group} failed to update. Rollback initiated."
+    return instance_event(text, group, instance_id, level=EventLevel.ERROR, failure=failure)

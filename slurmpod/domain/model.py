@@ -6,8 +6,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurmpod.domain.spec import ClusterSpec
-from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceGroupStatus, InstanceStatus, ResourceType
+from slurmpod.domain import stored_v1
+from slurmpod.domain.spec import CapacitySize, ClusterSpec, DeploymentSpec, deployment_from_dict, deployment_to_dict
+from slurmpod.domain.status import (
+    ClusterStatus,
+    EventLevel,
+    InstanceGroupStatus,
+    InstanceStatus,
+    ResourceType,
+    SoftwareUpdateStatus,
+    UpdatePhase,
+)
 
 # Internal boot phases of a node, in order. A node records the phases it has completed so a restarted
 # server resumes a half-booted node instead of repeating (or skipping) a step.
@@ -39,60 +48,61 @@ class GroupState:
 
 
 @dataclass(frozen=True)
-class BatchPolicy:
-    """``CapacitySizeConfig``: INSTANCE_COUNT n, or CAPACITY_PERCENTAGE p of the nodes being updated."""
-
-    kind: str = "INSTANCE_COUNT"
-    value: int = 1
-
-    def size(self, total: int) -> int:
-        if self.kind == "CAPACITY_PERCENTAGE":
-            return max(1, (total * self.value + 99) // 100)
-        return max(1, self.value)
-
-
-@dataclass(frozen=True)
 class SoftwareUpdate:
     """One UpdateClusterSoftware operation (root-volume replacement, rolling).
 
     ``phase`` is ``update`` then, if a node fails, ``rollback`` (back to each node's previous image).
     ``done`` maps updated instance ids to the image they had before; ``failed`` maps ids to the failure.
+    ``deployment`` is the deployment configuration as requested (echoed as ActiveSoftwareUpdateConfig);
+    ``batch``/``rollback_batch``/``wait_seconds`` are its effective values.
     """
 
     operation_id: str
     target_image: str
     groups: tuple[str, ...]
-    batch: BatchPolicy
-    rollback_batch: BatchPolicy
-    wait_seconds: int
+    deployment: DeploymentSpec
     started: float
-    phase: str = "update"
+    phase: UpdatePhase = UpdatePhase.UPDATE
     done: Mapping[str, str] = field(default_factory=dict, hash=False)
     failed: Mapping[str, str] = field(default_factory=dict, hash=False)
     last_batch_end: float = 0.0
     batches: int = 0
-    config: Mapping[str, Any] = field(default_factory=dict, hash=False)  # DeploymentConfig as requested
+
+    @property
+    def batch(self) -> CapacitySize:
+        return self.deployment.effective_batch
+
+    @property
+    def rollback_batch(self) -> CapacitySize:
+        return self.deployment.effective_rollback_batch
+
+    @property
+    def wait_seconds(self) -> int:
+        return self.deployment.effective_wait_seconds
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "operation_id": self.operation_id, "target_image": self.target_image, "groups": list(self.groups),
-            "batch": [self.batch.kind, self.batch.value],
-            "rollback_batch": [self.rollback_batch.kind, self.rollback_batch.value],
-            "wait_seconds": self.wait_seconds, "started": self.started, "phase": self.phase,
+            "deployment": deployment_to_dict(self.deployment), "started": self.started, "phase": self.phase.value,
             "done": dict(self.done), "failed": dict(self.failed), "last_batch_end": self.last_batch_end,
-            "batches": self.batches, "config": dict(self.config),
+            "batches": self.batches,
         }
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> SoftwareUpdate:
+        """Also reads rows written before ``deployment`` existed (the raw wire ``config``)."""
+        dep = d["deployment"] if "deployment" in d else stored_v1.deployment(d.get("config"))
         return SoftwareUpdate(
             operation_id=d["operation_id"], target_image=d["target_image"], groups=tuple(d["groups"]),
-            batch=BatchPolicy(*d["batch"]), rollback_batch=BatchPolicy(*d["rollback_batch"]),
-            wait_seconds=int(d["wait_seconds"]), started=float(d["started"]), phase=d.get("phase", "update"),
+            deployment=deployment_from_dict(dep), started=float(d["started"]),
+            phase=UpdatePhase(d.get("phase") or UpdatePhase.UPDATE.value),
             done=dict(d.get("done") or {}), failed=dict(d.get("failed") or {}),
             last_batch_end=float(d.get("last_batch_end") or 0.0), batches=int(d.get("batches") or 0),
-            config=dict(d.get("config") or {}),
         )
+
+
+def software_update_status_from_dict(d: Mapping[str, Any]) -> dict[str, SoftwareUpdateStatus]:
+    return {str(g): SoftwareUpdateStatus(v) for g, v in d.items()}
 
 
 @dataclass(frozen=True)
@@ -115,8 +125,8 @@ class ClusterRecord:
     provider: str = "simulated"
     group_states: Mapping[str, GroupState] = field(default_factory=dict, hash=False)
     software_update: SoftwareUpdate | None = None
-    # per group: outcome of the last software update (SoftwareUpdateStatus) for DescribeCluster
-    software_update_status: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # per group: outcome of the last software update, for DescribeCluster
+    software_update_status: Mapping[str, SoftwareUpdateStatus] = field(default_factory=dict, hash=False)
     # per group with a ScheduledUpdateConfig: {"expression": str, "since": float, "last_fired": float | None}
     schedules: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
 
@@ -150,6 +160,53 @@ class NodeRecord:
 
 
 @dataclass(frozen=True)
+class GroupScaling:
+    """An instance group's counts when an event about its capacity was written."""
+
+    instance_count: int
+    target_count: int
+    min_count: int
+
+
+@dataclass(frozen=True)
+class EventDetails:
+    """What an event carries besides its description (its metadata on the wire)."""
+
+    failure_message: str | None = None
+    scaling: GroupScaling | None = None
+
+    def __bool__(self) -> bool:
+        return self.failure_message is not None or self.scaling is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.failure_message is not None:
+            out["failure_message"] = self.failure_message
+        if self.scaling is not None:
+            s = self.scaling
+            out["scaling"] = {"instance_count": s.instance_count, "target_count": s.target_count,
+                              "min_count": s.min_count}
+        return out
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any] | None) -> EventDetails:
+        """Tolerant: also reads the wire-keyed details of rows written before EventDetails existed."""
+        if not d:
+            return NO_DETAILS
+        if not ({"failure_message", "scaling"} & d.keys()):
+            d = stored_v1.event_details(d)
+        s = d.get("scaling")
+        scaling = None
+        if isinstance(s, Mapping) and {"instance_count", "target_count", "min_count"} <= s.keys():
+            scaling = GroupScaling(int(s["instance_count"]), int(s["target_count"]), int(s["min_count"]))
+        message = d.get("failure_message")
+        return EventDetails(message if isinstance(message, str) else None, scaling)
+
+
+NO_DETAILS = EventDetails()
+
+
+@dataclass(frozen=True)
 class EventRecord:
     event_id: str
     cluster_id: str
@@ -162,5 +219,5 @@ class EventRecord:
     group: str | None = None
     instance_id: str | None = None
     operation_id: str | None = None
-    details: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    details: EventDetails = NO_DETAILS
     seq: int = 0

@@ -1,47 +1,43 @@
-"""Software-update requests (pure): DeploymentConfig -> SoftwareUpdate, and scheduled updates that are due."""
+"""Software-update requests (pure): DeploymentSpec -> SoftwareUpdate, and scheduled updates that are due."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from slurmpod.domain.model import BatchPolicy, ClusterRecord, SoftwareUpdate
+from slurmpod.domain.model import ClusterRecord, SoftwareUpdate
 from slurmpod.domain.schedule import ScheduleError, due, parse_schedule
-
-SCHEDULED_UPDATE_CONFIG = "ScheduledUpdateConfig"
-
-
-def batch_policy(value: Mapping[str, Any] | None) -> BatchPolicy | None:
-    if not value:
-        return None
-    return BatchPolicy(str(value["Type"]), int(value["Value"]))
+from slurmpod.domain.spec import CapacitySizeType, DeploymentSpec, InstanceGroupSpec
 
 
 def new_software_update(
-    operation_id: str, target_image: str, groups: Sequence[str], deployment: Mapping[str, Any], now: float
+    operation_id: str, target_image: str, groups: Sequence[str], deployment: DeploymentSpec, now: float
 ) -> SoftwareUpdate:
-    policy = deployment.get("RollingUpdatePolicy") or {}
-    batch = batch_policy(policy.get("MaximumBatchSize")) or BatchPolicy("INSTANCE_COUNT", 1)
     return SoftwareUpdate(
         operation_id=operation_id,
         target_image=target_image,
         groups=tuple(groups),
-        batch=batch,
-        rollback_batch=batch_policy(policy.get("RollbackMaximumBatchSize")) or batch,
-        wait_seconds=int(deployment.get("WaitIntervalInSeconds") or 0),
+        deployment=deployment,
         started=now,
-        config=dict(deployment),
     )
 
 
-def schedule_findings(spec_groups: Sequence[Any], now: float) -> list[str]:
-    """Every group's ScheduleExpression must parse (and be able to fire after ``now``)."""
+def deployment_findings(deployment: DeploymentSpec) -> list[str]:
+    """A percentage batch size must be 1..100 (the model bounds only the value's type)."""
+    findings: list[str] = []
+    for b in (deployment.batch, deployment.rollback_batch):
+        if b is not None and b.type == CapacitySizeType.CAPACITY_PERCENTAGE and not 1 <= b.value <= 100:
+            findings.append(f"CAPACITY_PERCENTAGE must be between 1 and 100, got {b.value}.")
+    return findings
+
+
+def schedule_findings(spec_groups: Sequence[InstanceGroupSpec], now: float) -> list[str]:
+    """Every group's schedule expression must parse (and be able to fire after ``now``)."""
     findings: list[str] = []
     for g in spec_groups:
-        cfg = g.extras.get(SCHEDULED_UPDATE_CONFIG)
-        if isinstance(cfg, Mapping) and isinstance(cfg.get("ScheduleExpression"), str):
+        if g.scheduled_update is not None:
             try:
-                parse_schedule(cfg["ScheduleExpression"], now=now)
+                parse_schedule(g.scheduled_update.expression, now=now)
             except ScheduleError as exc:
                 findings.append(exc.message)
     return findings
@@ -51,14 +47,14 @@ def refresh_schedules(cluster: ClusterRecord, now: float) -> dict[str, dict[str,
     """Schedule bookkeeping for the current spec: a new or changed expression starts counting from now."""
     out: dict[str, dict[str, Any]] = {}
     for g in cluster.spec.instance_groups:
-        cfg = g.extras.get(SCHEDULED_UPDATE_CONFIG)
-        if not isinstance(cfg, Mapping) or not isinstance(cfg.get("ScheduleExpression"), str):
+        if g.scheduled_update is None:
             continue
+        expression = g.scheduled_update.expression
         old = cluster.schedules.get(g.name)
-        if old is not None and old.get("expression") == cfg["ScheduleExpression"]:
+        if old is not None and old.get("expression") == expression:
             out[g.name] = dict(old)
         else:
-            out[g.name] = {"expression": cfg["ScheduleExpression"], "since": now, "last_fired": None}
+            out[g.name] = {"expression": expression, "since": now, "last_fired": None}
     return out
 
 
@@ -76,7 +72,8 @@ def due_schedules(cluster: ClusterRecord, now: float) -> dict[str, float]:
     return fired
 
 
-def deployment_of(cluster: ClusterRecord, group: str) -> Mapping[str, Any]:
+def deployment_of(cluster: ClusterRecord, group: str) -> DeploymentSpec:
+    """The deployment a group's scheduled update starts (HyperPod's defaults when it names none)."""
     g = cluster.spec.group(group)
-    cfg = g.extras.get(SCHEDULED_UPDATE_CONFIG) if g else None
-    return dict(cfg.get("DeploymentConfig") or {}) if isinstance(cfg, Mapping) else {}
+    scheduled = g.scheduled_update if g else None
+    return (scheduled.deployment if scheduled else None) or DeploymentSpec()

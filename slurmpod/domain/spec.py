@@ -1,20 +1,100 @@
 """User intent: frozen dataclasses mirroring the HyperPod cluster request shapes in snake_case.
 
 ``extras`` carries wire members slurmpod stores and echoes but does not interpret (storage configs,
-deep health checks, VPC overrides ...); it is opaque to the domain. ``to_dict``/``spec_from_dict`` give
-the JSON form the store keeps (``SPEC_SCHEMA_VERSION`` travels with it).
+deep health checks, VPC overrides ...); it is opaque to the domain: whatever the domain acts on (schedules,
+deployment policies, tags) has a typed field. ``to_dict``/``spec_from_dict`` give the JSON form the store
+keeps (``SPEC_SCHEMA_VERSION`` travels with it; rows of schema 1 are read through ``domain.stored_v1``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any
 
+from slurmpod.domain import stored_v1
 from slurmpod.domain.status import NodeType, SlurmConfigStrategy
 
-SPEC_SCHEMA_VERSION = 1
-CONTINUOUS = "Continuous"
+SPEC_SCHEMA_VERSION = 2
+
+
+class NodeRecovery(str, Enum):
+    """What happens to an unhealthy node of an InService cluster (``None``: the operator decides)."""
+
+    AUTOMATIC = "Automatic"
+    NONE = "None"
+
+
+class NodeProvisioningMode(str, Enum):
+    CONTINUOUS = "Continuous"
+
+
+CONTINUOUS = NodeProvisioningMode.CONTINUOUS
+
+
+class CapacitySizeType(str, Enum):
+    INSTANCE_COUNT = "INSTANCE_COUNT"
+    CAPACITY_PERCENTAGE = "CAPACITY_PERCENTAGE"
+
+
+@dataclass(frozen=True)
+class CapacitySize:
+    """A batch size: ``INSTANCE_COUNT`` n, or ``CAPACITY_PERCENTAGE`` p of the nodes being updated."""
+
+    type: CapacitySizeType = CapacitySizeType.INSTANCE_COUNT
+    value: int = 1
+
+    def size(self, total: int) -> int:
+        if self.type == CapacitySizeType.CAPACITY_PERCENTAGE:
+            return max(1, (total * self.value + 99) // 100)
+        return max(1, self.value)
+
+
+DEFAULT_BATCH = CapacitySize(CapacitySizeType.INSTANCE_COUNT, 1)
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """How a software update rolls (a deployment configuration), as requested: None = not given.
+
+    ``batch``/``rollback_batch`` bound how many nodes are replaced at once while updating / rolling back;
+    ``wait_seconds`` is the pause between batches; ``rollback_alarms`` are alarm names (echoed only)."""
+
+    batch: CapacitySize | None = None
+    rollback_batch: CapacitySize | None = None
+    wait_seconds: int | None = None
+    rollback_alarms: tuple[str, ...] | None = None
+
+    @property
+    def effective_batch(self) -> CapacitySize:
+        return self.batch or DEFAULT_BATCH
+
+    @property
+    def effective_rollback_batch(self) -> CapacitySize:
+        return self.rollback_batch or self.effective_batch
+
+    @property
+    def effective_wait_seconds(self) -> int:
+        return self.wait_seconds or 0
+
+    @property
+    def empty(self) -> bool:
+        return self == DeploymentSpec()
+
+
+@dataclass(frozen=True)
+class ScheduledUpdateSpec:
+    """A group's recurring software update: a schedule expression and the deployment it starts."""
+
+    expression: str
+    deployment: DeploymentSpec | None = None
+
+
+@dataclass(frozen=True)
+class Tag:
+    key: str
+    value: str
 
 
 @dataclass(frozen=True)
@@ -67,6 +147,7 @@ class InstanceGroupSpec:
     threads_per_core: int | None = None
     slurm_config: SlurmConfig | None = None
     image_id: str | None = None
+    scheduled_update: ScheduledUpdateSpec | None = None
     extras: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @property
@@ -84,18 +165,27 @@ class InstanceGroupSpec:
 class ClusterSpec:
     name: str
     instance_groups: tuple[InstanceGroupSpec, ...] = ()
-    node_provisioning_mode: str | None = None
-    node_recovery: str | None = None
+    node_provisioning_mode: NodeProvisioningMode | None = None
+    node_recovery: NodeRecovery | None = None
     slurm_config_strategy: SlurmConfigStrategy | None = None
     has_orchestrator: bool = False
     accounting_database: AccountingDatabaseSpec | None = None
+    tags: tuple[Tag, ...] = ()
     extras: Mapping[str, Any] = field(default_factory=dict, hash=False)
     # "api" (SlurmConfig in the request) or "provisioning_parameters" (legacy: roles derived from the file)
     topology_source: str = "api"
 
     @property
     def continuous(self) -> bool:
-        return self.node_provisioning_mode == CONTINUOUS
+        return self.node_provisioning_mode == NodeProvisioningMode.CONTINUOUS
+
+    @property
+    def automatic_recovery(self) -> bool:
+        """NodeRecovery Automatic (also HyperPod's default when the request leaves it out)."""
+        return (self.node_recovery or NodeRecovery.AUTOMATIC) == NodeRecovery.AUTOMATIC
+
+    def tag_values(self, key: str) -> list[str]:
+        return [t.value for t in self.tags if t.key == key]
 
     def group(self, name: str) -> InstanceGroupSpec | None:
         for g in self.instance_groups:
@@ -108,6 +198,43 @@ class ClusterSpec:
 
     def with_groups(self, groups: tuple[InstanceGroupSpec, ...]) -> ClusterSpec:
         return replace(self, instance_groups=groups)
+
+
+def capacity_to_dict(c: CapacitySize | None) -> list[Any] | None:
+    return None if c is None else [c.type.value, c.value]
+
+
+def capacity_from_dict(d: Any) -> CapacitySize | None:
+    return None if not d else CapacitySize(CapacitySizeType(d[0]), int(d[1]))
+
+
+def deployment_to_dict(d: DeploymentSpec) -> dict[str, Any]:
+    return {"batch": capacity_to_dict(d.batch), "rollback_batch": capacity_to_dict(d.rollback_batch),
+            "wait_seconds": d.wait_seconds,
+            "rollback_alarms": None if d.rollback_alarms is None else list(d.rollback_alarms)}
+
+
+def deployment_from_dict(d: Mapping[str, Any]) -> DeploymentSpec:
+    alarms = d.get("rollback_alarms")
+    wait = d.get("wait_seconds")
+    return DeploymentSpec(batch=capacity_from_dict(d.get("batch")),
+                          rollback_batch=capacity_from_dict(d.get("rollback_batch")),
+                          wait_seconds=None if wait is None else int(wait),
+                          rollback_alarms=None if alarms is None else tuple(str(a) for a in alarms))
+
+
+def _scheduled_to_dict(s: ScheduledUpdateSpec | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {"expression": s.expression,
+            "deployment": None if s.deployment is None else deployment_to_dict(s.deployment)}
+
+
+def _scheduled_from_dict(d: Mapping[str, Any] | None) -> ScheduledUpdateSpec | None:
+    if not d:
+        return None
+    dep = d.get("deployment")
+    return ScheduledUpdateSpec(str(d["expression"]), None if dep is None else deployment_from_dict(dep))
 
 
 def _lcc_to_dict(lcc: LifeCycleConfig | None) -> dict[str, Any] | None:
@@ -132,6 +259,7 @@ def group_to_dict(g: InstanceGroupSpec) -> dict[str, Any]:
             "partition_names": list(g.slurm_config.partition_names),
         },
         "image_id": g.image_id,
+        "scheduled_update": _scheduled_to_dict(g.scheduled_update),
         "extras": dict(g.extras),
     }
 
@@ -141,14 +269,15 @@ def to_dict(spec: ClusterSpec) -> dict[str, Any]:
         "schema_version": SPEC_SCHEMA_VERSION,
         "name": spec.name,
         "instance_groups": [group_to_dict(g) for g in spec.instance_groups],
-        "node_provisioning_mode": spec.node_provisioning_mode,
-        "node_recovery": spec.node_recovery,
+        "node_provisioning_mode": spec.node_provisioning_mode.value if spec.node_provisioning_mode else None,
+        "node_recovery": spec.node_recovery.value if spec.node_recovery else None,
         "slurm_config_strategy": spec.slurm_config_strategy.value if spec.slurm_config_strategy else None,
         "has_orchestrator": spec.has_orchestrator,
         "accounting_database": None if spec.accounting_database is None else {
             "endpoint": spec.accounting_database.endpoint, "secret_arn": spec.accounting_database.secret_arn,
             "port": spec.accounting_database.port, "name": spec.accounting_database.name,
         },
+        "tags": [[t.key, t.value] for t in spec.tags],
         "extras": dict(spec.extras),
         "topology_source": spec.topology_source,
     }
@@ -157,6 +286,12 @@ def to_dict(spec: ClusterSpec) -> dict[str, Any]:
 def group_from_dict(d: Mapping[str, Any]) -> InstanceGroupSpec:
     lcc = d.get("life_cycle_config")
     sc = d.get("slurm_config")
+    extras = dict(d.get("extras") or {})
+    if "scheduled_update" in d:
+        scheduled = _scheduled_from_dict(d["scheduled_update"])
+    else:  # schema 1: kept in extras under its wire name
+        legacy = extras.pop(stored_v1.SCHEDULED_UPDATE_CONFIG, None)
+        scheduled = _scheduled_from_dict(stored_v1.scheduled_update(legacy))
     return InstanceGroupSpec(
         name=d["name"],
         instance_count=d["instance_count"],
@@ -172,22 +307,30 @@ def group_from_dict(d: Mapping[str, Any]) -> InstanceGroupSpec:
             partition_names=tuple(sc.get("partition_names") or ()),
         ),
         image_id=d.get("image_id"),
-        extras=dict(d.get("extras") or {}),
+        scheduled_update=scheduled,
+        extras=extras,
     )
 
 
 def spec_from_dict(d: Mapping[str, Any]) -> ClusterSpec:
     strategy = d.get("slurm_config_strategy")
     adb = d.get("accounting_database")
+    mode, recovery = d.get("node_provisioning_mode"), d.get("node_recovery")
+    extras = dict(d.get("extras") or {})
+    if "tags" in d:
+        tags = tuple(Tag(str(k), str(v)) for k, v in d["tags"] or ())
+    else:  # schema 1: kept in extras under its wire name
+        tags = tuple(Tag(k, v) for k, v in stored_v1.tags(extras.pop(stored_v1.TAGS, None)))
     return ClusterSpec(
         name=d["name"],
         instance_groups=tuple(group_from_dict(g) for g in d.get("instance_groups") or ()),
-        node_provisioning_mode=d.get("node_provisioning_mode"),
-        node_recovery=d.get("node_recovery"),
+        node_provisioning_mode=NodeProvisioningMode(mode) if mode else None,
+        node_recovery=NodeRecovery(recovery) if recovery else None,
         slurm_config_strategy=SlurmConfigStrategy(strategy) if strategy else None,
         has_orchestrator=bool(d.get("has_orchestrator")),
         accounting_database=None if not adb else AccountingDatabaseSpec(
             endpoint=adb["endpoint"], secret_arn=adb["secret_arn"], port=adb.get("port"), name=adb.get("name")),
-        extras=dict(d.get("extras") or {}),
+        tags=tags,
+        extras=extras,
         topology_source=d.get("topology_source") or "api",
     )

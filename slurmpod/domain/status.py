@@ -66,6 +66,24 @@ class ResourceType(str, Enum):
     INSTANCE = "Instance"
 
 
+class SoftwareUpdateStatus(str, Enum):
+    """Per group: the state of its last (or running) UpdateClusterSoftware."""
+
+    PENDING = "Pending"
+    IN_PROGRESS = "InProgress"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    ROLLBACK_IN_PROGRESS = "RollbackInProgress"
+    ROLLBACK_COMPLETE = "RollbackComplete"
+
+
+class UpdatePhase(str, Enum):
+    """A software update replaces nodes onto the target image, then, if a node failed, back (rollback)."""
+
+    UPDATE = "update"
+    ROLLBACK = "rollback"
+
+
 class InvalidTransitionError(Exception):
     """A status change the transition table forbids: a programming error, never user input."""
 

@@ -174,6 +174,7 @@ def merge_update(
         has_orchestrator=current.has_orchestrator or orchestrator_given,
         # an attached external accounting database is never detached; a new one replaces it
         accounting_database=requested.accounting_database or current.accounting_database,
+        tags=requested.tags or current.tags,
         extras={**current.extras, **requested.extras},
     )
 

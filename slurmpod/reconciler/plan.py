@@ -222,13 +222,8 @@ def _plan_continuous(obs: Observation) -> list[Action]:
         minimum = effective_min_count(g, True)
         if _running(g.name, obs.nodes) >= minimum:
             states[g.name] = GroupState(InstanceGroupStatus.IN_SERVICE, obs.now, g.instance_count, minimum)
-            drafts.append(ev.EventDraft(
-                ev.ResourceType.INSTANCE_GROUP, EventLevel.INFO,
-                f"Minimum capacity reached for InstanceGroup {g.name} in Cluster {c.name} "
-                f"({_running(g.name, obs.nodes)}/{g.instance_count} instances, MinCount {minimum})",
-                group=g.name, details={"InstanceGroupScaling": {
-                    "InstanceCount": _running(g.name, obs.nodes), "TargetCount": g.instance_count,
-                    "MinCount": minimum}}))
+            drafts.append(ev.min_capacity_reached(c.name, g.name, _running(g.name, obs.nodes), g.instance_count,
+                                                  minimum))
         elif obs.now - st.since >= obs.min_count_timeout:
             count, mn = st.good_count or 0, st.good_min or 0
             msg = (f"MinCount {minimum} was not reached within {int(obs.min_count_timeout)} s "
@@ -237,12 +232,7 @@ def _plan_continuous(obs: Observation) -> list[Action]:
                 replace(x, instance_count=count, min_instance_count=mn) if x.name == g.name else x
                 for x in new_spec.instance_groups))
             states[g.name] = GroupState(InstanceGroupStatus.IN_SERVICE, obs.now, count, mn)
-            drafts.append(ev.EventDraft(
-                ev.ResourceType.INSTANCE_GROUP, EventLevel.WARN,
-                f"Rollback initiated for InstanceGroup {g.name} in Cluster {c.name}: restoring InstanceCount "
-                f"{count} and MinCount {mn}", group=g.name,
-                details={"InstanceGroupScaling": {"InstanceCount": count, "TargetCount": g.instance_count,
-                                                  "MinCount": minimum, "FailureMessage": msg}}))
+            drafts.append(ev.min_count_rollback(c.name, g.name, count, g.instance_count, minimum, mn, msg))
     if drafts:
         actions.append(UpdateGroups(states, new_spec if new_spec is not spec else None, tuple(drafts)))
     return actions
@@ -294,7 +284,7 @@ def plan(obs: Observation) -> list[Action]:
     actions, converged = _converge(obs, c.spec)
     if failed:
         # Rolling back an update, or a node that died while InService: replace it (bounded while rolling back).
-        automatic = (c.spec.node_recovery or "Automatic") == "Automatic"
+        automatic = c.spec.automatic_recovery
         for n in failed:
             if st == ClusterStatus.ROLLING_BACK and n.attempts >= MAX_ROLLBACK_RELAUNCHES:
                 continue

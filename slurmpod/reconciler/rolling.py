@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from slurmpod.domain import events as ev
 from slurmpod.domain.continuous import group_busy
 from slurmpod.domain.model import ClusterRecord, NodeRecord, SoftwareUpdate
 from slurmpod.domain.software import deployment_of, due_schedules
-from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, NodeType, ResourceType
+from slurmpod.domain.spec import DeploymentSpec
+from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType, SoftwareUpdateStatus, UpdatePhase
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class SetSoftwareUpdate:
 
 @dataclass(frozen=True)
 class FinishSoftwareUpdate:
-    status: str  # SoftwareUpdateStatus for the groups: Succeeded | RollbackComplete | Failed
+    status: SoftwareUpdateStatus  # for the groups: Succeeded | RollbackComplete | Failed
     failure_message: str | None
     events: tuple[ev.EventDraft, ...] = ()
 
@@ -53,7 +53,7 @@ class BeginScheduledUpdate:
     """A ScheduledUpdateConfig fired: update these groups to the latest release (fire times recorded)."""
 
     fired: Mapping[str, float]
-    deployment: Mapping[str, Any]
+    deployment: DeploymentSpec
 
 
 RollingAction = StartNodeUpdates | ResumeNodeUpdate | SetSoftwareUpdate | FinishSoftwareUpdate | BeginScheduledUpdate
@@ -67,10 +67,6 @@ def plan_scheduled_updates(cluster: ClusterRecord, now: float) -> list[RollingAc
     if not fired:
         return []
     return [BeginScheduledUpdate(fired, deployment_of(cluster, sorted(fired)[0]))]
-
-
-def _group_event(text: str, group: str, level: EventLevel = EventLevel.INFO) -> ev.EventDraft:
-    return ev.EventDraft(ResourceType.INSTANCE_GROUP, level, text, group=group)
 
 
 def _controller_groups(cluster: ClusterRecord) -> set[str]:
@@ -93,26 +89,24 @@ def plan_software_update(cluster: ClusterRecord, nodes: Sequence[NodeRecord], bu
     if in_flight:
         return [ResumeNodeUpdate(n.instance_id) for n in in_flight if n.instance_id not in busy]
 
-    if su.phase == "update" and su.failed:
-        drafts = tuple(_group_event(f"UpdateClusterSoftware failed for IG {g} in Cluster {c}. Initiating rollback.",
-                                    g, EventLevel.ERROR) for g in su.groups)
-        return [SetSoftwareUpdate(replace(su, phase="rollback", last_batch_end=0.0), drafts)]
+    if su.phase == UpdatePhase.UPDATE and su.failed:
+        drafts = tuple(ev.software_update_rollback_initiated(c, g) for g in su.groups)
+        return [SetSoftwareUpdate(replace(su, phase=UpdatePhase.ROLLBACK, last_batch_end=0.0), drafts)]
 
-    if su.phase == "update":
+    if su.phase == UpdatePhase.UPDATE:
         pending = {g: [n for n in mine if n.group == g and n.image_id != su.target_image
                        and n.instance_id not in su.done and n.status == InstanceStatus.RUNNING]
                    for g in su.groups}
         if not any(pending.values()):
-            drafts = tuple(_group_event(f"UpdateClusterSoftware completed successfully for IG {g} in Cluster {c}.", g)
-                           for g in su.groups)
-            return [FinishSoftwareUpdate("Succeeded", None, drafts)]
+            drafts = tuple(ev.software_update_completed(c, g) for g in su.groups)
+            return [FinishSoftwareUpdate(SoftwareUpdateStatus.SUCCEEDED, None, drafts)]
         if su.batches and now < su.last_batch_end + su.wait_seconds:
             return []
         group = next(g for g in _ordered_groups(cluster, su.groups) if pending[g])
         total = sum(1 for n in mine if n.group == group)
         size = 1 if group in _controller_groups(cluster) else su.batch.size(total)  # never all heads at once
         batch = sorted(pending[group], key=lambda n: n.seq)[:size]
-        draft = _group_event(f"Next update batch selected for IG {group} in Cluster {c}.", group)
+        draft = ev.update_batch_selected(c, group, UpdatePhase.UPDATE)
         return [StartNodeUpdates(tuple(n.instance_id for n in batch), su.target_image,
                                  replace(su, batches=su.batches + 1), (draft,))]
 
@@ -129,13 +123,11 @@ def plan_software_update(cluster: ClusterRecord, nodes: Sequence[NodeRecord], bu
         if broken:
             msg = (f"UpdateClusterSoftware to {su.target_image} failed ({failed}) and rolling back failed for "
                    f"{', '.join(broken)}")
-            drafts = tuple(_group_event(f"Rollback failed for IG {g} in Cluster {c}. Some instances may be in "
-                                        "FailedMaintenance state.", g, EventLevel.ERROR) for g in su.groups)
-            return [FinishSoftwareUpdate("Failed", msg, drafts)]
+            drafts = tuple(ev.software_update_rollback_failed(c, g) for g in su.groups)
+            return [FinishSoftwareUpdate(SoftwareUpdateStatus.FAILED, msg, drafts)]
         msg = f"UpdateClusterSoftware to {su.target_image} failed and was rolled back: {failed}"
-        drafts = tuple(_group_event(f"Rollback of UpdateClusterSoftware completed for IG {g} in Cluster {c}.",
-                                    g, EventLevel.WARN) for g in su.groups)
-        return [FinishSoftwareUpdate("RollbackComplete", msg, drafts)]
+        drafts = tuple(ev.software_update_rolled_back(c, g) for g in su.groups)
+        return [FinishSoftwareUpdate(SoftwareUpdateStatus.ROLLBACK_COMPLETE, msg, drafts)]
     if su.last_batch_end and now < su.last_batch_end + su.wait_seconds:
         return []
     group = next(g for g in _ordered_groups(cluster, su.groups) if any(n.group == g for n in todo))
@@ -146,5 +138,5 @@ def plan_software_update(cluster: ClusterRecord, nodes: Sequence[NodeRecord], bu
     for n in batch:
         by_image.setdefault(back[n.instance_id], []).append(n.instance_id)
     image, iids = next(iter(by_image.items()))
-    draft = _group_event(f"Next rollback batch selected for IG {group} in Cluster {c}.", group, EventLevel.WARN)
+    draft = ev.update_batch_selected(c, group, UpdatePhase.ROLLBACK)
     return [StartNodeUpdates(tuple(iids), image, replace(su, batches=su.batches + 1), (draft,))]

@@ -20,9 +20,9 @@ from slurmpod.domain.legacy import (
     is_api_driven,
 )
 from slurmpod.domain.model import ClusterRecord, NodeRecord
-from slurmpod.domain.software import new_software_update, refresh_schedules, schedule_findings
-from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, SlurmConfig
-from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
+from slurmpod.domain.software import deployment_findings, new_software_update, refresh_schedules, schedule_findings
+from slurmpod.domain.spec import ClusterSpec, DeploymentSpec, InstanceGroupSpec, SlurmConfig
+from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType, SoftwareUpdateStatus
 from slurmpod.domain.validation import merge_update, validate_create, validate_update
 from slurmpod.errors import (
     ConflictException,
@@ -299,16 +299,12 @@ class ClusterService:
         name_or_arn: str,
         groups: Sequence[str] | None,
         image_id: str | None,
-        config: Mapping[str, Any],
+        deployment: DeploymentSpec,
     ) -> ClusterRecord:
         """UpdateClusterSoftware: records a rolling root-volume replacement; the reconciler carries it out.
 
-        ``config`` is the request's DeploymentConfig (kept as given for ActiveSoftwareUpdateConfig)."""
-        findings: list[str] = []
-        draft = new_software_update("-", "-", (), config, 0.0)
-        for b in (draft.batch, draft.rollback_batch):
-            if b.kind == "CAPACITY_PERCENTAGE" and not 1 <= b.value <= 100:
-                findings.append(f"CAPACITY_PERCENTAGE must be between 1 and 100, got {b.value}.")
+        ``deployment`` is the request's deployment configuration (echoed as ActiveSoftwareUpdateConfig)."""
+        findings = deployment_findings(deployment)
         if groups is not None and len(set(groups)) != len(groups):
             findings.append("InstanceGroups contains duplicate instance group names.")
         if findings:
@@ -332,13 +328,11 @@ class ClusterService:
                 raise ConflictException(f"Instance group(s) {', '.join(busy)} are Creating or Updating.")
             now = self.clock.now()
             su = new_software_update(ids.new_operation_id(), target.image_id if target else (image_id or "default"),
-                                     names, config, now)
+                                     names, deployment, now)
+            in_progress = {g: SoftwareUpdateStatus.IN_PROGRESS for g in names}
             upd = replace(cur, status=ClusterStatus.SYSTEM_UPDATING, software_update=su, operation_id=su.operation_id,
-                          software_update_status={**cur.software_update_status, **{g: "InProgress" for g in names}})
-            evs = [ev.finish(ev.EventDraft(
-                ev.ResourceType.INSTANCE_GROUP, ev.EventLevel.INFO,
-                f"UpdateClusterSoftware initiated for IG {g} in Cluster {cur.name} using rolling strategy.", group=g),
-                upd, ids.new_event_id(), now) for g in names]
+                          software_update_status={**cur.software_update_status, **in_progress})
+            evs = [ev.finish(ev.software_update_initiated(cur.name, g), upd, ids.new_event_id(), now) for g in names]
             return ClusterWrite(upd, evs)
 
         stored = self.retry_cluster(caller, name_or_arn, change).record

@@ -10,7 +10,15 @@ from typing import Any
 
 from sqlalchemy.engine import Row
 
-from slurmpod.domain.model import ClusterRecord, EventRecord, GroupState, NodeRecord, SoftwareUpdate
+from slurmpod.domain.model import (
+    ClusterRecord,
+    EventDetails,
+    EventRecord,
+    GroupState,
+    NodeRecord,
+    SoftwareUpdate,
+    software_update_status_from_dict,
+)
 from slurmpod.domain.spec import spec_from_dict, to_dict
 from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, ResourceType
 
@@ -40,7 +48,7 @@ def cluster_from_row(row: Row[Any]) -> ClusterRecord:
         provider=m["provider"],
         group_states={k: GroupState.from_dict(v) for k, v in json.loads(m["group_states"] or "{}").items()},
         software_update=SoftwareUpdate.from_dict(json.loads(m["software_update"])) if m["software_update"] else None,
-        software_update_status=json.loads(m["software_update_status"] or "{}"),
+        software_update_status=software_update_status_from_dict(json.loads(m["software_update_status"] or "{}")),
         schedules=json.loads(m["schedules"] or "{}"),
     )
 
@@ -140,7 +148,7 @@ def event_from_row(row: Row[Any]) -> EventRecord:
         group=m["group_name"],
         instance_id=m["instance_id"],
         operation_id=m["operation_id"],
-        details=json.loads(m["details"] or "{}"),
+        details=EventDetails.from_dict(json.loads(m["details"] or "{}")),
         seq=m["seq"],
     )
 
@@ -158,5 +166,5 @@ def event_values(ev: EventRecord) -> dict[str, Any]:
         "group_name": ev.group,
         "instance_id": ev.instance_id,
         "operation_id": ev.operation_id,
-        "details": dump(dict(ev.details)),
+        "details": dump(ev.details.to_dict()),
     }

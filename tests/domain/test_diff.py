@@ -7,7 +7,14 @@ from dataclasses import replace
 import pytest
 
 from slurmpod.domain.diff import SpecDiff, diff_specs, partitions_of
-from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, LifeCycleConfig, SlurmConfig
+from slurmpod.domain.spec import (
+    ClusterSpec,
+    InstanceGroupSpec,
+    LifeCycleConfig,
+    NodeProvisioningMode,
+    NodeRecovery,
+    SlurmConfig,
+)
 from slurmpod.domain.status import NodeType, SlurmConfigStrategy
 
 LCC = LifeCycleConfig(source_s3_uri="s3://b/base/", on_create="on_create.sh")
@@ -100,9 +107,9 @@ def test_per_group_changes(changes: dict[str, object], field: str) -> None:
 def test_cluster_level_changes() -> None:
     d = diff_specs(base(), base(slurm_config_strategy=SlurmConfigStrategy.OVERWRITE))
     assert d.strategy_changed and not d.node_recovery_changed
-    d = diff_specs(base(), base(node_recovery="Automatic"))
+    d = diff_specs(base(), base(node_recovery=NodeRecovery.AUTOMATIC))
     assert d.node_recovery_changed and not d.strategy_changed
-    d = diff_specs(base(), base(node_provisioning_mode="Continuous"))
+    d = diff_specs(base(), base(node_provisioning_mode=NodeProvisioningMode.CONTINUOUS))
     assert d.provisioning_mode_changed
 
 

@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, LifeCycleConfig, SlurmConfig
+from slurmpod.domain.spec import (
+    ClusterSpec,
+    InstanceGroupSpec,
+    LifeCycleConfig,
+    NodeProvisioningMode,
+    NodeRecovery,
+    SlurmConfig,
+)
 from slurmpod.domain.status import NodeType, SlurmConfigStrategy
 from slurmpod.domain.validation import (
     effective_min_count,
@@ -68,9 +75,9 @@ def login(name: str = "login-group", count: int = 1, **kw: Any) -> InstanceGroup
 
 def spec(
     *groups: InstanceGroupSpec,
-    mode: str | None = None,
+    mode: NodeProvisioningMode | None = None,
     strategy: SlurmConfigStrategy | None = None,
-    recovery: str | None = None,
+    recovery: NodeRecovery | None = None,
     name: str = "c1",
 ) -> ClusterSpec:
     return ClusterSpec(
@@ -83,7 +90,7 @@ def spec(
     )
 
 
-CONT = "Continuous"
+CONT = NodeProvisioningMode.CONTINUOUS
 MANAGED = SlurmConfigStrategy.MANAGED
 
 CREATE_CASES: list[tuple[str, ClusterSpec, bool, list[str]]] = [
@@ -384,7 +391,7 @@ UPDATE_CASES: list[tuple[str, ClusterSpec, ClusterSpec, tuple[str, ...], bool, b
     ),
     ("scale_compute", CURRENT, spec(ctl(), cmp(count=5)), (), False, False, []),
     ("omit_slurm_config_keeps_it", CURRENT, spec(ctl(), grp("compute-group", 3)), (), False, False, []),
-    ("instance_groups_omitted", CURRENT, spec(recovery="Automatic"), (), False, False, []),
+    ("instance_groups_omitted", CURRENT, spec(recovery=NodeRecovery.AUTOMATIC), (), False, False, []),
     (
         "change_node_type",
         CURRENT,
@@ -686,15 +693,15 @@ def test_merge_deletes_groups() -> None:
 
 
 def test_merge_keeps_continuous_and_node_recovery() -> None:
-    cur = spec(ctl(), cmp(), mode=CONT, recovery="Automatic")
+    cur = spec(ctl(), cmp(), mode=CONT, recovery=NodeRecovery.AUTOMATIC)
     merged = merge_update(cur, spec(ctl(), cmp(count=9)), (), orchestrator_given=False)
     assert merged.continuous and merged.node_recovery == "Automatic"
     assert merged.slurm_config_strategy is None
 
 
 def test_merge_changes_node_recovery() -> None:
-    cur = spec(ctl(), cmp(), recovery="Automatic")
-    merged = merge_update(cur, spec(recovery="None"), (), orchestrator_given=False)
+    cur = spec(ctl(), cmp(), recovery=NodeRecovery.AUTOMATIC)
+    merged = merge_update(cur, spec(recovery=NodeRecovery.NONE), (), orchestrator_given=False)
     assert merged.node_recovery == "None"
     assert merged.instance_groups == cur.instance_groups
 

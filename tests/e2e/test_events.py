@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from slurmpod.domain.model import EventRecord
+from slurmpod.domain.model import EventDetails, EventRecord, GroupScaling
 from slurmpod.domain.status import EventLevel, ResourceType
 from slurmpod.settings import Settings
 from tests.serverproc import RunningServer, free_port, seed_groups, thread_server, wait_status
@@ -115,7 +115,7 @@ def _insert(srv: RunningServer, arn: str, n: int, **kw: Any) -> list[EventRecord
             event_id=str(uuid.uuid4()), cluster_id=cluster_id, cluster_name=rec.name, cluster_arn=rec.arn,
             resource_type=kw.get("resource_type", ResourceType.CLUSTER), level=kw.get("level", EventLevel.INFO),
             description=kw.get("description", f"test event {k}"), event_time=time.time(),
-            group=kw.get("group"), instance_id=kw.get("instance_id"), details=kw.get("details", {}),
+            group=kw.get("group"), instance_id=kw.get("instance_id"), details=kw.get("details", EventDetails()),
         )
         for k in range(n)
     ]
@@ -409,14 +409,16 @@ def test_unknown_event_and_cluster(client: Any) -> None:
 def test_event_metadata_union_members(sim_server: RunningServer, client: Any) -> None:
     arn = _make(client, "meta", 1)
     cases = [
-        (ResourceType.CLUSTER, {"FailureMessage": "c-boom"}, {"Cluster": {"FailureMessage": "c-boom"}}),
-        (ResourceType.INSTANCE_GROUP, {"FailureMessage": "g-boom", "NotAMember": 1},
-         {"InstanceGroup": {"FailureMessage": "g-boom"}}),
-        (ResourceType.INSTANCE_GROUP, {"InstanceCount": 1, "TargetCount": 2, "MinCount": 1},
+        (ResourceType.CLUSTER, EventDetails("c-boom"), {"Cluster": {"FailureMessage": "c-boom"}}),
+        (ResourceType.INSTANCE_GROUP, EventDetails("g-boom"), {"InstanceGroup": {"FailureMessage": "g-boom"}}),
+        (ResourceType.INSTANCE_GROUP, EventDetails(scaling=GroupScaling(1, 2, 1)),
          {"InstanceGroupScaling": {"InstanceCount": 1, "TargetCount": 2, "MinCount": 1}}),
-        (ResourceType.INSTANCE, {"FailureMessage": "i-boom"}, {"Instance": {"FailureMessage": "i-boom"}}),
-        (ResourceType.CLUSTER, {"Bogus": "x"}, None),
-        (ResourceType.CLUSTER, {}, None),
+        (ResourceType.INSTANCE, EventDetails("i-boom"), {"Instance": {"FailureMessage": "i-boom"}}),
+        # rows written before EventDetails kept wire-keyed details: still read
+        (ResourceType.INSTANCE_GROUP, EventDetails.from_dict({"FailureMessage": "old", "NotAMember": 1}),
+         {"InstanceGroup": {"FailureMessage": "old"}}),
+        (ResourceType.CLUSTER, EventDetails.from_dict({"Bogus": "x"}), None),
+        (ResourceType.CLUSTER, EventDetails(), None),
     ]
     for rtype, details, want in cases:
         ev = _insert(sim_server, arn, 1, resource_type=rtype, details=details,

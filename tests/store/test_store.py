@@ -14,8 +14,20 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 import slurmpod.store.sql as sqlmod
-from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
-from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, LifeCycleConfig, SlurmConfig
+from slurmpod.domain.model import ClusterRecord, EventDetails, EventRecord, GroupScaling, NodeRecord
+from slurmpod.domain.spec import (
+    CapacitySize,
+    CapacitySizeType,
+    ClusterSpec,
+    DeploymentSpec,
+    InstanceGroupSpec,
+    LifeCycleConfig,
+    NodeProvisioningMode,
+    NodeRecovery,
+    ScheduledUpdateSpec,
+    SlurmConfig,
+    Tag,
+)
 from slurmpod.domain.status import (
     ClusterStatus,
     EventLevel,
@@ -81,6 +93,9 @@ def make_spec(name: str = "alpha") -> ClusterSpec:
                 threads_per_core=2,
                 slurm_config=SlurmConfig(node_type=NodeType.COMPUTE, partition_names=("gpu", "debug")),
                 image_id="ami-0123456789abcdef0",
+                scheduled_update=ScheduledUpdateSpec("cron(0 3 ? * MON *)", DeploymentSpec(
+                    batch=CapacitySize(CapacitySizeType.CAPACITY_PERCENTAGE, 50), wait_seconds=0,
+                    rollback_alarms=("a1",))),
                 extras={
                     "InstanceStorageConfigs": [{"EbsVolumeConfig": {"VolumeSizeInGB": 500}}],
                     "OnStartDeepHealthChecks": ["InstanceStress", "InstanceConnectivity"],
@@ -88,11 +103,12 @@ def make_spec(name: str = "alpha") -> ClusterSpec:
             ),
             InstanceGroupSpec(name="bare", instance_count=0),
         ),
-        node_provisioning_mode="Continuous",
-        node_recovery="Automatic",
+        node_provisioning_mode=NodeProvisioningMode.CONTINUOUS,
+        node_recovery=NodeRecovery.AUTOMATIC,
         slurm_config_strategy=SlurmConfigStrategy.MERGE,
         has_orchestrator=True,
-        extras={"VpcConfig": {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1"]}, "Tags": [],
+        tags=(Tag("slurmpod:webhook", "http://127.0.0.1:9/hook"), Tag("k", "")),
+        extras={"VpcConfig": {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1"]},
                 "Note": "ünïcödé ✓", "Nested": {"a": [1, 2.5, None, True, {"b": "c"}]}},
     )
 
@@ -161,7 +177,7 @@ def make_event(cluster: ClusterRecord, description: str = "something happened", 
         group="workers" if instance_id else None,
         instance_id=instance_id,
         operation_id=cluster.operation_id,
-        details={"n": n, "why": ["x", "y"]},
+        details=EventDetails(failure_message=f"why {n}: ünïcödé", scaling=GroupScaling(n, 4, 2)),
     )
 
 
