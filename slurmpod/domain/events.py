@@ -135,6 +135,44 @@ def instance_terminating(cluster_name: str, group: str, instance_id: str) -> Eve
         f"and IG {group}", group, instance_id)
 
 
+def jobs_text(jobs: Sequence[str]) -> str:
+    """Job ids for an event: the first 20, then how many more."""
+    return ", ".join(jobs[:20]) + (f" and {len(jobs) - 20} more" if len(jobs) > 20 else "")
+
+
+def drain_waiting(group: str, instance_id: str, jobs: Sequence[str], timeout: float, *, removal: bool) -> EventDraft:
+    """A drained node runs jobs: slurmpod waits up to ``timeout`` before removing it / replacing its root volume."""
+    then = "it is removed" if removal else "its root volume is replaced"
+    return instance_event(f"Instance {instance_id} in IG {group} runs job(s) {jobs_text(jobs)}: drained, waiting up "
+                          f"to {int(timeout)} s for them to end before {then}", group, instance_id)
+
+
+def drain_timed_out(group: str, instance_id: str, jobs: Sequence[str], timeout: float, *,
+                    removal: bool) -> EventDraft:
+    """Jobs still ran after the drain timeout: removing the node / replacing its root volume ends them."""
+    what = jobs_text(jobs) or "(unknown)"
+    if removal:
+        text = (f"Instance {instance_id} in IG {group}: job(s) {what} still running after the drain timeout "
+                f"({int(timeout)} s) were ended to remove it")
+    else:
+        text = (f"Instance {instance_id} in IG {group}: job(s) {what} still running after the drain timeout "
+                f"({int(timeout)} s); replacing the root volume ends them")
+    return instance_event(text, group, instance_id, level=EventLevel.WARN)
+
+
+def removed_with_jobs(group: str, instance_id: str, jobs: Sequence[str], why: str) -> EventDraft:
+    """A node removed without a drain wait (``why``: the cluster is deleted, its creation failed)."""
+    return instance_event(f"Instance {instance_id} in IG {group} is removed with job(s) {jobs_text(jobs)} running: "
+                          f"{why}", group, instance_id, level=EventLevel.WARN)
+
+
+def instance_leaked(cluster_name: str, instance_id: str) -> EventDraft:
+    """A provider instance no record owns was terminated (the leak guard)."""
+    return EventDraft(ResourceType.INSTANCE, EventLevel.WARN,
+                      f"Instance {instance_id} runs in Cluster {cluster_name} but no record of slurmpod owns it "
+                      "(leaked); it was terminated", instance_id=instance_id)
+
+
 # ---- node operations and health --------------------------------------------------------------------
 
 
