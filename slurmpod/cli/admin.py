@@ -55,7 +55,7 @@ def cmd_secrets(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from slurmpod.providers.local.cleanup import cleanup, find_leftovers
+    from slurmpod.providers.local.cleanup import cleanup_report, find_leftovers
 
     state = Path(args.state_dir)
     if args.check:
@@ -64,10 +64,19 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
             print(item)
         print(f"{len(left)} leftover(s)" if left else "no leftovers")
         return 1 if left else 0
-    removed = cleanup(state)
-    for item in removed:
-        print(f"removed {item}")
-    print(f"{len(removed)} item(s) removed")
+    report = cleanup_report(state)
+    survivors = (": STILL RUNNING after SIGKILL", ": still present after cleanup")
+    removed = 0
+    for item in report.lines():
+        if item.endswith(survivors):
+            print(item)
+        else:
+            print(f"removed {item}")
+            removed += 1
+    print(f"{removed} item(s) removed")
+    if not report.ok:
+        print("cleanup incomplete: see the lines above", file=sys.stderr)
+        return 1
     return 0
 
 
