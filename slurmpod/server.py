@@ -160,8 +160,7 @@ def build_server(settings: Settings) -> Server:
     def image_of(image_id: str | None) -> Image:
         return (catalog.get(image_id) if image_id else None) or catalog.latest()
 
-    if hasattr(runtime, "image_lookup"):
-        runtime.image_lookup = image_of
+    runtime.set_image_lookup(image_of)
     reconciler = Reconciler(
         store, runtime, clock, interval=settings.reconcile_interval, max_workers=settings.max_parallel_launches,
         image=(BUILTIN.image_id, BUILTIN.release), min_count_timeout=settings.min_count_timeout,

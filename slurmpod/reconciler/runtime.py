@@ -4,10 +4,11 @@ Slurm membership. ``SlurmRuntime`` (real daemons over a Provider) and ``Simulate
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.lifecycle.images import Image
 
 
 class NodeBootError(Exception):
@@ -32,7 +33,18 @@ class TopologyDriftError(Exception):
 
 
 class ClusterRuntime(Protocol):
+    """Guarantees: every method is idempotent and safe to call again after a crash at any point; a method
+    that talks to nodes bounds every command by a timeout; failures a user should see are ``NodeBootError``
+    (boot, update, node operations) or ``TopologyDriftError``. Observation methods (``alive``, ``unreachable``,
+    ``slurm_requests``, ``running_jobs``) never raise for an unreachable node: they report what they can."""
+
     name: str
+    #: False: boot phases after the launch are cheap and idempotent (their checkpoints may be coalesced)
+    checkpoint_every_phase: bool
+
+    def set_image_lookup(self, lookup: Callable[[str | None], Image]) -> None:
+        """Where the runtime finds an image's root filesystem by id (None = the latest)."""
+        ...
 
     def set_capacity(self, table: Mapping[str, int]) -> None:
         """Passes the capacity table (changeable while the server runs) to the provider."""
@@ -69,6 +81,10 @@ class ClusterRuntime(Protocol):
         """Whether the node runs no job (a drained node is ready for maintenance)."""
         ...
 
+    def running_jobs(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> list[str]:
+        """Ids of the Slurm jobs with a part on the node (empty for non-compute nodes)."""
+        ...
+
     def resume(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
         """Undrains a node slurmpod drained."""
         ...
@@ -100,6 +116,14 @@ class ClusterRuntime(Protocol):
 
     def alive(self, cluster: ClusterRecord) -> Mapping[str, bool]:
         """instance_id -> whether its instance still runs (instances the runtime knows)."""
+        ...
+
+    def service_instances(self, cluster: ClusterRecord) -> set[str]:
+        """Provider instances of the cluster that are cluster services (the accounting host), not nodes."""
+        ...
+
+    def terminate_instance(self, cluster: ClusterRecord, instance_id: str) -> None:
+        """Terminates one provider instance no record owns (a leak). Idempotent."""
         ...
 
     def heal_services(self, cluster: ClusterRecord) -> list[tuple[bool, str]]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.lifecycle.images import Image
 from slurmpod.providers.base import InstanceRequest, ProviderError, TemporaryProviderError
 from slurmpod.providers.simulated import SimulatedProvider
 from slurmpod.reconciler.runtime import NodeBootError
@@ -23,6 +25,13 @@ class SimulatedRuntime:
         self.provider = provider
         self.image_id = image_id
         self.fail_images: set[str] = set()  # test hook: updates onto these images fail
+        #: test hook: instance id -> ids of the "jobs" it runs (drain waits; the simulated runtime has no Slurm)
+        self.jobs: dict[str, list[str]] = {}
+        #: test hook: cluster ids whose health observation blocks until this event is set (a hung scontrol)
+        self.hang: dict[str, threading.Event] = {}
+
+    def set_image_lookup(self, lookup: Callable[[str | None], Image]) -> None:
+        return None  # simulated instances have no root filesystem
 
     def set_capacity(self, table: Mapping[str, int]) -> None:
         self.provider.set_capacity(table)
@@ -64,7 +73,10 @@ class SimulatedRuntime:
         return True
 
     def jobs_done(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> bool:
-        return True
+        return not self.jobs.get(node.instance_id)
+
+    def running_jobs(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> list[str]:
+        return list(self.jobs.get(node.instance_id, ()))
 
     def resume(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
         return None
@@ -81,6 +93,9 @@ class SimulatedRuntime:
         self.provider.revive(node.instance_id)
 
     def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
+        hung = self.hang.get(cluster.cluster_id)
+        if hung is not None:
+            hung.wait(60)
         return {}
 
     def unreachable(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> set[str]:
@@ -91,6 +106,12 @@ class SimulatedRuntime:
 
     def alive(self, cluster: ClusterRecord) -> Mapping[str, bool]:
         return {i.instance_id: i.alive for i in self.provider.list_instances(cluster.cluster_id)}
+
+    def service_instances(self, cluster: ClusterRecord) -> set[str]:
+        return set()
+
+    def terminate_instance(self, cluster: ClusterRecord, instance_id: str) -> None:
+        self.provider.terminate(cluster.cluster_id, instance_id)
 
     def heal_services(self, cluster: ClusterRecord) -> list[tuple[bool, str]]:
         return []  # the simulated runtime has no cluster-level services

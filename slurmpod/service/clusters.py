@@ -23,6 +23,7 @@ from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.software import deployment_findings, new_software_update, refresh_schedules, schedule_findings
 from slurmpod.domain.spec import ClusterSpec, DeploymentSpec, InstanceGroupSpec, SlurmConfig
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType, SoftwareUpdateStatus
+from slurmpod.domain.transitions import cluster_to
 from slurmpod.domain.validation import merge_update, validate_create, validate_update
 from slurmpod.errors import (
     ConflictException,
@@ -229,12 +230,12 @@ class ClusterService:
             snapshots = {**dict(cur.lifecycle_snapshots), **{g: i.digest for g, i in infos.items()}}
             now = self.clock.now()
             continuous = new_spec.continuous
-            upd = replace(
+            upd = cluster_to(
                 cur,
-                spec=new_spec,
                 # Continuous clusters stay InService: each group tracks its own progress (desired state)
+                ClusterStatus.IN_SERVICE if continuous else ClusterStatus.UPDATING,
+                spec=new_spec,
                 last_good_spec=cur.last_good_spec if continuous else cur.spec,
-                status=ClusterStatus.IN_SERVICE if continuous else ClusterStatus.UPDATING,
                 group_states=updated_group_states(cur.spec, new_spec, cur.group_states, now) if continuous else {},
                 failure_message=None,
                 operation_id=ids.new_operation_id(),
@@ -330,7 +331,7 @@ class ClusterService:
             su = new_software_update(ids.new_operation_id(), target.image_id if target else (image_id or "default"),
                                      names, deployment, now)
             in_progress = {g: SoftwareUpdateStatus.IN_PROGRESS for g in names}
-            upd = replace(cur, status=ClusterStatus.SYSTEM_UPDATING, software_update=su, operation_id=su.operation_id,
+            upd = cluster_to(cur, ClusterStatus.SYSTEM_UPDATING, software_update=su, operation_id=su.operation_id,
                           software_update_status={**cur.software_update_status, **in_progress})
             evs = [ev.finish(ev.software_update_initiated(cur.name, g), upd, ids.new_event_id(), now) for g in names]
             return ClusterWrite(upd, evs)
@@ -349,7 +350,7 @@ class ClusterService:
         def change(cur: ClusterRecord) -> ClusterWrite | None:
             if cur.status == ClusterStatus.DELETING:
                 return None
-            upd = replace(cur, status=ClusterStatus.DELETING, operation_id=ids.new_operation_id())
+            upd = cluster_to(cur, ClusterStatus.DELETING, operation_id=ids.new_operation_id())
             started = ev.finish(ev.cluster_event(cur.name, "deletion", "started"), upd, ids.new_event_id(),
                                 self.clock.now())
             return ClusterWrite(upd, [started])

@@ -16,6 +16,7 @@ from slurmpod.domain import events as ev
 from slurmpod.domain.continuous import group_busy
 from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
+from slurmpod.domain.transitions import node_to
 from slurmpod.errors import ConflictException
 from slurmpod.store.retry import ClusterWrite
 
@@ -79,7 +80,7 @@ def _plan_node_op(cur: ClusterRecord, nodes: dict[str, NodeRecord], node_ids: Se
                 f"Replacement of Instance {nid} in Cluster {cur.name} and IG {node.group} is queued: "
                 "controllers are replaced one at a time", node.group, nid))
         elif op == "replace":
-            changed.append(replace(node, status=InstanceStatus.SHUTTING_DOWN, message="Replaced by request"))
+            changed.append(node_to(node, InstanceStatus.SHUTTING_DOWN, message="Replaced by request"))
             drafts.append(ev.instance_event(
                 f"Instance {nid} is starting as part of instance replacement in Cluster {cur.name} and IG "
                 f"{node.group}", node.group, nid))
@@ -140,7 +141,7 @@ def _plan_delete(cur: ClusterRecord, nodes: dict[str, NodeRecord], node_ids: Seq
                 nid, "InvalidNodeStatus",
                 f"Node {nid} is in {node.status.value} status; wait for it to finish its current change."))
             continue
-        batch.changed.append(replace(node, status=InstanceStatus.SHUTTING_DOWN, message="Deleted by request"))
+        batch.changed.append(node_to(node, InstanceStatus.SHUTTING_DOWN, message="Deleted by request"))
         batch.ok.append(nid)
     return batch
 

@@ -365,6 +365,11 @@ def configure_login(runner: CommandRunner, conf_text: str) -> None:
 # --- admin commands through the controller -------------------------------------------------------
 
 
+def _job_order(job_id: str) -> tuple[int, str]:
+    head = job_id.split("_")[0]
+    return (int(head) if head.isdigit() else 0, job_id)
+
+
 class SlurmControl:
     """Admin commands run inside a controller node (usually the primary)."""
 
@@ -412,6 +417,13 @@ class SlurmControl:
     def resume(self, node: str) -> None:
         """Clears DRAIN/DOWN (DRAIN survives re-registration, so maintenance ends with this)."""
         self._update(node, "state=resume")
+
+    def jobs_on(self, node: str) -> list[str]:
+        """Ids of the jobs (running, completing, suspended) with a part on ``node``."""
+        r = _run(self.runner, ["squeue", "-h", "-w", node, "-t", "RUNNING,COMPLETING,SUSPENDED", "-o", "%i"])
+        if r.returncode != 0:
+            raise SlurmError(f"squeue -w {node} failed: {(r.stderr or r.stdout).strip()}")
+        return sorted({line.strip() for line in r.stdout.splitlines() if line.strip()}, key=_job_order)
 
     def delete_node(self, node: str) -> bool:
         """``scontrol delete nodename=``; True if deleted, False if Slurm did not know it.

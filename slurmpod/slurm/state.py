@@ -48,6 +48,10 @@ class SlurmNode:
     def is_draining(self) -> bool:
         return "DRAIN" in self.states and self.has_jobs()
 
+    def is_failed(self) -> bool:
+        """Set to FAIL (``scontrol update state=fail``): no new jobs, an operator's request to act on it."""
+        return "FAIL" in self.states
+
     def is_down(self) -> bool:
         return bool({"DOWN", "ERROR"} & self.states)
 

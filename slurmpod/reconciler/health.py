@@ -1,0 +1,142 @@
+"""Health decisions (pure): what an observation of a cluster's instances and Slurm means for its nodes.
+
+``observe`` (``reconciler/monitor.py``) gathers a ``HealthReport`` off the loop thread; ``plan_health`` turns it
+into ``NodeChange`` values and leaked instances to terminate; the monitor writes each change version-checked on
+the node record the plan saw (a node that changed meanwhile is left for the next observation).
+
+Rules: a dead instance is rebooted (NodeRecovery Automatic) or left Failed (None); a slurmd gone for two
+observations in a row counts as dead; Slurm's ``Action:Replace``/``Action:Reboot`` reasons (on an idle node set
+to FAIL) become a refresh / reboot; a controller going down or coming back is an event and a notification; an
+instance the provider runs that no record owns (seen twice in a row) is a leak and is terminated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from slurmpod.domain import events as ev
+from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, NodeType, ResourceType
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    alive: Mapping[str, bool]  # every instance the provider knows for the cluster -> its processes run
+    service_ids: frozenset[str] = frozenset()  # provider instances that are cluster services (accounting host)
+    unreachable: frozenset[str] = frozenset()  # Running nodes whose slurmd is gone
+    requests: Mapping[str, str] = field(default_factory=dict)  # instance id -> Replace | Reboot
+    services: tuple[tuple[bool, str], ...] = ()  # cluster services restored (True) or not (False)
+
+
+@dataclass(frozen=True)
+class Notification:
+    kind: str  # ControllerDown | ControllerUp
+    instance_id: str
+    hostname: str
+    description: str
+
+
+@dataclass(frozen=True)
+class NodeChange:
+    """One version-checked write of ``instance_id`` as observed at ``version``."""
+
+    instance_id: str
+    version: int
+    set_data: Mapping[str, object] = field(default_factory=dict)
+    drop_data: tuple[str, ...] = ()
+    fail_message: str | None = None  # set: the node becomes Failure
+    events: tuple[ev.EventDraft, ...] = ()
+    notifications: tuple[Notification, ...] = ()
+
+
+@dataclass(frozen=True)
+class HealthPlan:
+    changes: tuple[NodeChange, ...] = ()
+    leaks: tuple[str, ...] = ()  # instance ids to terminate
+    events: tuple[ev.EventDraft, ...] = ()  # cluster-level
+    suspects: frozenset[str] = frozenset()  # unreachable once: dead if unreachable again next time
+    leak_suspects: frozenset[str] = frozenset()
+
+
+def _controller_text(cluster: ClusterRecord, node: NodeRecord, ctls: Sequence[NodeRecord], up: bool
+                     ) -> tuple[str, EventLevel, str]:
+    host = node.hostname or node.instance_id
+    if up:
+        primary = bool(ctls) and ctls[0].instance_id == node.instance_id
+        return (f"Slurm controller {host} (instance {node.instance_id}) in Cluster {cluster.name} is back"
+                + (" and serves as primary again" if primary else " as a backup")), EventLevel.INFO, "ControllerUp"
+    others = [n for n in ctls if n.instance_id != node.instance_id and n.status == InstanceStatus.RUNNING]
+    backup = others[0].hostname if others else None
+    text = (f"Slurm controller {host} (instance {node.instance_id}) in Cluster {cluster.name} is down; "
+            + (f"backup controller {backup} takes over" if backup else "no backup controller serves"))
+    return text, (EventLevel.WARN if backup else EventLevel.ERROR), "ControllerDown"
+
+
+def _leaks(report: HealthReport, nodes: Sequence[NodeRecord], leak_suspects: frozenset[str]
+           ) -> tuple[tuple[str, ...], frozenset[str]]:
+    owned = {n.instance_id for n in nodes}
+    stray = frozenset(i for i in report.alive if i not in owned and i not in report.service_ids)
+    return tuple(sorted(stray & leak_suspects)), stray - leak_suspects
+
+
+def plan_health(report: HealthReport, cluster: ClusterRecord, nodes: Sequence[NodeRecord],
+                suspects: frozenset[str], busy: frozenset[str], leak_suspects: frozenset[str] = frozenset()
+                ) -> HealthPlan:
+    leaks, new_leak_suspects = _leaks(report, nodes, leak_suspects)
+    events = tuple(ev.EventDraft(ResourceType.CLUSTER, EventLevel.WARN if ok else EventLevel.ERROR, text)
+                   for ok, text in report.services)
+    events += tuple(ev.EventDraft(ResourceType.INSTANCE, EventLevel.WARN,
+                                  f"Instance {iid} runs in Cluster {cluster.name} but no record of slurmpod owns it "
+                                  "(leaked); it was terminated", instance_id=iid) for iid in leaks)
+    if cluster.status != ClusterStatus.IN_SERVICE:
+        return HealthPlan(leaks=leaks, events=events, leak_suspects=new_leak_suspects)
+    alive = dict(report.alive)
+    for iid in report.unreachable:
+        if iid in suspects:  # slurmd gone twice in a row counts as unhealthy
+            alive[iid] = False
+    new_suspects = frozenset(report.unreachable) - {i for i, a in alive.items() if not a}
+    automatic = (cluster.spec.node_recovery or "Automatic") == "Automatic"
+    ctl_groups = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
+    ctls = sorted((n for n in nodes if n.group in ctl_groups and n.active), key=lambda n: n.seq)
+    changes = []
+    for n in nodes:
+        iid = n.instance_id
+        set_data: dict[str, object] = {}
+        drop: list[str] = []
+        drafts: list[ev.EventDraft] = []
+        notes: list[Notification] = []
+        fail: str | None = None
+        is_ctl = n.group in ctl_groups
+        if (is_ctl and n.data.get("controller_down") and n.status == InstanceStatus.RUNNING
+                and alive.get(iid)):
+            text, level, kind = _controller_text(cluster, n, ctls, up=True)
+            drop.append("controller_down")
+            drafts.append(ev.instance_event(text, n.group, iid, level=level))
+            notes.append(Notification(kind, iid, n.hostname or iid, text))
+        if n.status == InstanceStatus.RUNNING and iid not in busy and not n.data.get("op"):
+            if alive.get(iid) is False:
+                if is_ctl and not n.data.get("controller_down"):
+                    text, level, kind = _controller_text(cluster, n, ctls, up=False)
+                    set_data["controller_down"] = True
+                    drafts.append(ev.instance_event(text, n.group, iid, level=level))
+                    notes.append(Notification(kind, iid, n.hostname or iid, text))
+                if automatic:
+                    set_data["op"] = "reboot"
+                    drafts.append(ev.instance_event(
+                        f"Instance {iid} in IG {n.group} is unhealthy (its processes are gone); NodeRecovery "
+                        "Automatic is rebooting it", n.group, iid, level=EventLevel.WARN))
+                else:
+                    fail = "Instance processes are no longer running"
+                    drafts.append(ev.instance_event(
+                        f"Instance {iid} in IG {n.group} is unhealthy; NodeRecovery is None, so it is left to the "
+                        "operator", n.group, iid, level=EventLevel.ERROR))
+            elif iid in report.requests:
+                action = report.requests[iid]
+                set_data.update({"op": "refresh" if action == "Replace" else "reboot", "resume_on_join": True})
+                drafts.append(ev.instance_event(
+                    f"Slurm asked to {action.lower()} instance {iid} in IG {n.group} (Action:{action}); its jobs "
+                    "have ended", n.group, iid))
+        if set_data or drop or fail:
+            changes.append(NodeChange(iid, n.version, set_data, tuple(drop), fail, tuple(drafts), tuple(notes)))
+    return HealthPlan(tuple(changes), leaks, events, new_suspects, new_leak_suspects)

@@ -1,0 +1,216 @@
+"""Boot phases of a node (``domain.model.PHASES``), each idempotent so a restarted server can resume:
+
+* ``launched``   the provider makes the host (namespaces, overlay root volume, address)
+* ``baseline``   the image baseline: munge key and munged, Slurm dirs, cluster SSH key, log rotation,
+                 ``/opt/ml/config/resource_config.json``
+* ``on_create``  the group's OnCreate script from the operation's snapshot (before Slurm starts)
+* ``daemons``    controller: slurmctld; compute: dynamic configless slurmd; login: client config
+* ``joined``     the node is idle/usable in Slurm (compute), answers ping (controller), sinfo works (login)
+* ``on_init_complete``  the group's OnInitComplete script
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.spec import InstanceGroupSpec, LifeCycleConfig
+from slurmpod.domain.status import NodeType
+from slurmpod.lifecycle.resource_config import (
+    RESOURCE_CONFIG_PATH,
+    ResourceGroup,
+    ResourceInstance,
+    render_resource_config,
+)
+from slurmpod.lifecycle.run import format_failure, run_lifecycle_script, write_node_file
+from slurmpod.lifecycle.snapshot import load_snapshot
+from slurmpod.providers.base import CommandRunner
+from slurmpod.reconciler import headnodes
+from slurmpod.reconciler.runtime import NodeBootError
+from slurmpod.slurm import control
+from slurmpod.slurm.conf import (
+    DEFAULT_STATE_SAVE_LOCATION,
+    conf_value,
+    extract_user_lines,
+    render_cgroup_conf,
+    render_slurm_conf,
+)
+
+if TYPE_CHECKING:
+    from slurmpod.reconciler.slurm_runtime.runtime import SlurmRuntime
+
+log = logging.getLogger("slurmpod.runtime")
+
+LOGROTATE = b"""/var/log/slurm/*.log /var/log/slurmpod/*.log {
+    weekly
+    rotate 4
+    compress
+    missingok
+    notifempty
+    copytruncate
+}
+"""
+
+Phase = Callable[["SlurmRuntime", ClusterRecord, NodeRecord, InstanceGroupSpec, Sequence[NodeRecord]],
+                 Mapping[str, Any]]
+
+
+def launched(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+             nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+    rt.provider.prepare_cluster(cluster.cluster_id)
+    if rt.accounting is not None and rt.wants_accounting(cluster) and group.node_type == NodeType.CONTROLLER:
+        # the accounting host boots in parallel with the controller; daemons() waits for it
+        rt.accounting.begin(cluster.cluster_id, cluster.name, rt.munge_key(cluster.cluster_id),
+                            rt.external_db(cluster))
+    inst = rt.provider.launch(rt.request(cluster, node))
+    return {"ip": inst.ip, "hostname": inst.hostname}
+
+
+def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+             nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+    r = rt.runner(cluster, node)
+    control.start_munge(r, rt.munge_key(cluster.cluster_id))
+    for d in ("/var/log/slurm", "/var/log/slurmpod"):
+        control.ensure_dir(r, d, 0o755, "slurm" if d.endswith("slurm") else "root")
+    private, public = rt.files.ssh_key(cluster.cluster_id)
+    control.ensure_dir(r, "/root/.ssh", 0o700)
+    control.write_file(r, "/root/.ssh/id_ed25519", private, 0o600, "root")
+    control.write_file(r, "/root/.ssh/id_ed25519.pub", public, 0o644, "root")
+    control.write_file(r, "/root/.ssh/authorized_keys", public, 0o600, "root")
+    control.write_file(r, "/etc/logrotate.d/slurmpod", LOGROTATE, 0o644, "root")
+    write_node_file(r, RESOURCE_CONFIG_PATH, resource_config(cluster, nodes))
+    image = rt.image_lookup(node.image_id)
+    write_node_file(r, "/etc/slurmpod/image", f"{image.image_id} {image.release}\n")
+    if image.setup_script:
+        res = r.run(["bash", "-euo", "pipefail", "-s"], input=image.setup_script.encode(), timeout=600)
+        if res.returncode != 0:
+            tail = "\n".join((res.stdout + res.stderr).splitlines()[-10:])
+            raise NodeBootError(f"image {image.image_id} ({image.release}) setup step failed with exit code "
+                                f"{res.returncode}: {tail}")
+    return {}
+
+
+def resource_config(cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:
+    groups = [
+        ResourceGroup(
+            g.name, g.instance_type or "",
+            tuple(ResourceInstance(n.instance_id, n.ip or "", n.hostname) for n in nodes
+                  if n.group == g.name and n.ip and n.active),
+        )
+        for g in cluster.spec.instance_groups
+    ]
+    return render_resource_config(groups, cluster_name=cluster.name, cluster_arn=cluster.arn)
+
+
+def _script(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+            entry: str | None) -> Mapping[str, Any]:
+    lcc: LifeCycleConfig | None = group.life_cycle_config
+    digest = node.lifecycle_digest or cluster.lifecycle_snapshots.get(group.name)
+    if lcc is None or entry is None or digest is None:
+        return {}
+    snap = load_snapshot(rt.snapshots_dir, digest)
+    result = run_lifecycle_script(
+        rt.runner(cluster, node), snap, entry,
+        env={"SLURMPOD_CLUSTER": cluster.name, "SLURMPOD_INSTANCE_ID": node.instance_id,
+             "SLURMPOD_INSTANCE_GROUP": group.name},
+    )
+    log.info("node %s: %s exited %d (%s)", node.instance_id, entry, result.exit_code, digest[:19])
+    if not result.ok:
+        raise NodeBootError(format_failure(entry, result))
+    return {"script": entry}
+
+
+def on_create(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+              nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+    return _script(rt, cluster, node, group, group.life_cycle_config.on_create if group.life_cycle_config else None)
+
+
+def on_init_complete(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+                     nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+    entry = group.life_cycle_config.on_init_complete if group.life_cycle_config else None
+    return _script(rt, cluster, node, group, entry)
+
+
+def daemons(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+            nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+    r = rt.runner(cluster, node)
+    if group.node_type == NodeType.CONTROLLER:
+        saved = rt.files.saved_conf(cluster.cluster_id)
+        applied = cluster.applied_topology == rt.desired_topology(cluster)
+        acct = rt.ensure_accounting(cluster)
+        if saved and ((acct is not None and conf_value(saved, "AccountingStorageHost") != acct.host_ip)
+                      or headnodes.ctld_hosts(saved) != headnodes.ctld_hosts(rt.conf(cluster, nodes, acct))):
+            # the accounting host or a controller (BatchReplace) is at a new address: same conf (user lines
+            # included), new AccountingStorageHost / SlurmctldHost lines
+            saved = render_slurm_conf(replace(rt.topology(cluster, nodes, acct),
+                                              user_lines=extract_user_lines(saved)))
+        # a controller whose root volume was replaced gets the conf it ran (user lines included) back
+        conf = saved if saved and applied else rt.conf(cluster, nodes, acct)
+        ctls = rt.controllers(cluster, nodes)
+        if ctls and ctls[0].instance_id != node.instance_id:
+            _wait_for_shared_state(r)
+        control.start_slurmctld(r, conf, render_cgroup_conf())
+        rt.files.save_conf(cluster.cluster_id, conf)
+        return {"applied_topology": rt.desired_topology(cluster)}
+    if group.node_type == NodeType.LOGIN:
+        control.configure_login(r, rt.conf(cluster, nodes))
+        return {}
+    ctls = rt.controllers(cluster, nodes)
+    if not ctls:
+        raise NodeBootError("no controller is running", retryable=True)
+    if len(ctls) > 1:
+        headnodes.wait_for_controller_in_charge(ctls, rt.runner_of(cluster))
+    headnodes.start_compute_slurmd(r, control.conf_server_arg(n.ip or "" for n in ctls), group)
+    return {}
+
+
+def joined(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
+           nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
+    r = rt.runner(cluster, node)
+    if group.node_type == NodeType.CONTROLLER:
+        if not any(control.ping(r).values()):
+            raise NodeBootError("slurmctld does not answer scontrol ping")
+        ctls = rt.controllers(cluster, nodes)
+        conf = rt.files.saved_conf(cluster.cluster_id)
+        if conf:
+            headnodes.refresh_controllers(node, ctls, rt.alive(cluster), rt.runner_of(cluster), conf)
+        headnodes.refresh_conf_servers(cluster.spec, nodes, ctls, rt.runner_of(cluster),
+                                       lambda: rt.conf(cluster, nodes))
+        return {}
+    if group.node_type == NodeType.LOGIN:
+        res = r.run(["sinfo", "-h"], timeout=30)
+        if res.returncode != 0:
+            raise NodeBootError(f"sinfo fails on the login node: {res.stderr.strip()[-300:]}")
+        return {}
+    primary = rt.primary(cluster, nodes)
+    if primary is None:
+        raise NodeBootError("no controller is running", retryable=True)
+    name = node.hostname or ""
+    done = control.SlurmControl(primary).wait_for_nodes([name], rt.join_timeout)
+    if name not in done:
+        tail = control.log_tail(r, "/var/log/slurm/slurmd.log")
+        raise NodeBootError(f"node {name} did not join Slurm within {rt.join_timeout:.0f}s; slurmd log: {tail}")
+    return {}
+
+
+def _wait_for_shared_state(r: CommandRunner, timeout: float = 30.0) -> None:
+    """A backup controller starts only once the shared StateSaveLocation is initialised: two slurmctlds creating
+    its ``clustername`` file at once can read it half-written and die ("CLUSTER NAME MISMATCH", seen here)."""
+    path = f"{DEFAULT_STATE_SAVE_LOCATION}/clustername"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if r.run(["test", "-s", path], timeout=10).returncode == 0:
+            return
+        time.sleep(0.2)
+    log.warning("%s still missing after %.0f s; starting slurmctld anyway", path, timeout)
+
+
+#: phase name -> its step (the names are ``domain.model.PHASES``)
+PHASES: dict[str, Phase] = {
+    "launched": launched, "baseline": baseline, "on_create": on_create, "daemons": daemons, "joined": joined,
+    "on_init_complete": on_init_complete,
+}

@@ -1,0 +1,160 @@
+"""What every part of the reconciler shares: the worker pool with its busy registry, and the ``Context``.
+
+A work item is keyed (an instance id, ``topology``, ``delete`` ...) so one key of a cluster runs at most once at
+a time. A worker never sleeps through a long wait (a drain, a slow job): it returns ``Park(seconds)`` and the
+key stays *in flight* without holding a thread until that time has passed; the plan then submits it again and
+the worker picks up where the store says it stopped. Workers share no objects with the loop: each re-reads its
+cluster and node from the store by id and reports only through store writes and ``wake()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from slurmpod import ids
+from slurmpod.clock import Clock
+from slurmpod.domain import events as ev
+from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.errors import VersionConflict
+from slurmpod.notify import Notifier
+from slurmpod.reconciler.runtime import ClusterRuntime
+from slurmpod.store.sql import SqlStore
+
+log = logging.getLogger("slurmpod.reconciler")
+
+#: image id (None = latest) -> (image id, release)
+ImageLookup = Callable[[str | None], tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Park:
+    """A worker's answer "not yet": keep the key in flight, submit me again after ``seconds``."""
+
+    seconds: float
+
+
+WorkFn = Callable[[], Park | None]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Every duration the reconciler waits for, in one place (seconds)."""
+
+    min_count: float = 3 * 3600.0
+    retry_delay: float = 2.0  # Continuous: first relaunch delay (doubles per attempt)
+    max_backoff: float = 300.0
+    drain: float = 3600.0  # software update and node removal: how long running jobs may keep a node
+    drain_poll: float = 2.0  # how often a parked drain wait looks at the node's jobs again
+    health_interval: float = 5.0
+    health_observe: float = 120.0  # one cluster's health observation longer than this is reported
+
+
+class WorkPool:
+    def __init__(self, max_workers: int, wake: Callable[[], None]) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="slurmpod-work")
+        self._busy: dict[str, set[str]] = {}
+        self._parked: dict[tuple[str, str], float] = {}  # (cluster id, key) -> monotonic time it may run again
+        self._lock = threading.Lock()
+        self._wake = wake
+        self.running = 0  # items holding a thread right now (tests and metrics)
+
+    def busy_for(self, cluster_id: str) -> frozenset[str]:
+        now = time.monotonic()
+        with self._lock:
+            parked = {k for (c, k), until in self._parked.items() if c == cluster_id and until > now}
+            return frozenset(self._busy.get(cluster_id, set()) | parked)
+
+    def idle(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            return not any(self._busy.values()) and not any(u > now for u in self._parked.values())
+
+    def submit(self, cluster_id: str, key: str, fn: WorkFn) -> bool:
+        """Runs ``fn`` unless the key is in flight (running or parked); False when it was."""
+        with self._lock:
+            busy = self._busy.setdefault(cluster_id, set())
+            if key in busy or self._parked.get((cluster_id, key), 0.0) > time.monotonic():
+                return False
+            self._parked.pop((cluster_id, key), None)
+            busy.add(key)
+
+        def run() -> None:
+            parked: Park | None = None
+            with self._lock:
+                self.running += 1
+            try:
+                parked = fn()
+            except Exception:
+                log.exception("work item %s of cluster %s failed", key, cluster_id)
+            finally:
+                with self._lock:
+                    self.running -= 1
+                    self._busy.get(cluster_id, set()).discard(key)
+                    if parked is not None:
+                        self._parked[(cluster_id, key)] = time.monotonic() + parked.seconds
+                self._wake()
+
+        self._pool.submit(run)
+        return True
+
+    def forget(self, cluster_id: str) -> None:
+        """A deleted cluster: drop its parked keys."""
+        with self._lock:
+            for k in [k for k in self._parked if k[0] == cluster_id]:
+                del self._parked[k]
+            if not self._busy.get(cluster_id):
+                self._busy.pop(cluster_id, None)
+
+    def shutdown(self, wait: bool) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+
+@dataclass
+class Context:
+    """What appliers, workers and the health monitor need; built once by the ``Reconciler``."""
+
+    store: SqlStore
+    runtime: ClusterRuntime
+    clock: Clock
+    image_lookup: ImageLookup
+    timeouts: Timeouts
+    wake: Callable[[], None]
+    notifier: Notifier
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def event(self, cluster: ClusterRecord, draft: ev.EventDraft) -> EventRecord:
+        return ev.finish(draft, cluster, ids.new_event_id(), self.clock.now())
+
+    def events(self, cluster: ClusterRecord, drafts: tuple[ev.EventDraft, ...] | list[ev.EventDraft]
+               ) -> list[EventRecord]:
+        return [self.event(cluster, d) for d in drafts]
+
+    def save_node(self, node: NodeRecord, *drafts: ev.EventDraft) -> NodeRecord:
+        """Version-checked write of ``node`` with events of its cluster (raises VersionConflict)."""
+        cluster = self.store.get_cluster(node.cluster_id) if drafts else None
+        evs = [self.event(cluster, d) for d in drafts] if cluster else []
+        return self.store.update_node(node, evs)
+
+    def add_events(self, cluster: ClusterRecord, *drafts: ev.EventDraft) -> None:
+        self.store.add_events([self.event(cluster, d) for d in drafts])
+
+    def update_cluster_with(self, cluster_id: str, change: Callable[[ClusterRecord], ClusterRecord | None],
+                            attempts: int = 20) -> ClusterRecord | None:
+        """Re-reads the cluster and applies ``change`` (None: nothing to do) until the versioned write wins."""
+        for _ in range(attempts):
+            cur = self.store.get_cluster(cluster_id)
+            if cur is None:
+                return None
+            new = change(cur)
+            if new is None:
+                return cur
+            try:
+                return self.store.update_cluster(new)
+            except VersionConflict:
+                continue
+        raise VersionConflict(f"cluster {cluster_id}: {attempts} conflicting writes in a row")

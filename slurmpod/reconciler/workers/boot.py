@@ -1,0 +1,149 @@
+"""Booting a node: its remaining boot phases, each checkpointed in the store, then Running.
+
+``run_phases`` is shared with the software-update worker (a replaced root volume boots the same way), so both
+honour the ``may_start_daemons`` gate and both record the lifecycle-script events.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import replace
+from typing import Any
+
+from slurmpod import metrics
+from slurmpod.domain import events as ev
+from slurmpod.domain.model import PHASES, ClusterRecord, NodeRecord
+from slurmpod.domain.status import EventLevel, InstanceStatus
+from slurmpod.domain.transitions import node_to
+from slurmpod.errors import VersionConflict
+from slurmpod.reconciler import plan as p
+from slurmpod.reconciler.runtime import NodeBootError
+from slurmpod.reconciler.work import Context, Park
+
+log = logging.getLogger("slurmpod.reconciler")
+
+#: the daemons gate is closed (no Running controller yet, or slurm.conf behind): run again later
+GATE_CLOSED = Park(0.0)
+
+
+def _with_topology(cluster: ClusterRecord, topology: str) -> ClusterRecord:
+    return replace(cluster, applied_topology=topology)
+
+
+def _gate_open(ctx: Context, cluster: ClusterRecord, node: NodeRecord) -> bool:
+    # only a Running controller matters: no full read of the nodes
+    ctl = ctx.store.any_node(cluster.cluster_id, p.controller_groups(cluster.spec), InstanceStatus.RUNNING)
+    return p.may_start_daemons(cluster, node.group, [ctl] if ctl is not None else [],
+                               ctx.runtime.desired_topology(cluster))
+
+
+def run_phases(ctx: Context, cluster: ClusterRecord, node: NodeRecord, *, resume_key: str, coalesce: bool = False,
+               record_topology: bool = True) -> NodeRecord | Park | None:
+    """Runs the node's remaining boot phases while it keeps its status.
+
+    Returns the node after the last phase (with ``coalesce``, possibly not yet written: the caller's final write
+    carries it), ``GATE_CLOSED`` when the daemons phase must wait, or None when the record changed under it.
+    Before ``joined``, a node marked ``resume_key`` is resumed in Slurm. Raises ``NodeBootError``.
+    """
+    status, iid, cid = node.status, node.instance_id, node.cluster_id
+    current: NodeRecord | None = node
+    fresh: ClusterRecord | None = cluster
+    dirty = False
+    for phase in PHASES:
+        if not coalesce:
+            current, fresh = ctx.store.get_node(iid), ctx.store.get_cluster(cid)
+        if current is None or fresh is None or current.status != status:
+            return None
+        if phase in current.phases:
+            continue
+        if phase == "joined" and current.data.get(resume_key):
+            ctx.runtime.resume(fresh, current, ctx.store.list_nodes(cid))
+            current = ctx.store.update_node(replace(current, data={
+                k: v for k, v in current.data.items() if k != resume_key}))
+            dirty = False
+        if phase == "daemons" and not _gate_open(ctx, fresh, current):
+            if dirty:
+                _flush(ctx, current)
+            return GATE_CLOSED  # waits for the controller / topology; the plan boots it again when ready
+        try:  # node_view: read only if the runtime looks at the nodes
+            result: dict[str, Any] = dict(ctx.runtime.boot_step(fresh, current, phase, ctx.store.node_view(cid)))
+        except NodeBootError:
+            raise
+        except Exception as exc:
+            log.exception("boot of %s failed in phase %s", iid, phase)
+            raise NodeBootError(f"internal error during {phase}: {exc}") from exc
+        topology = result.pop("applied_topology", None)
+        script = result.pop("script", None)
+        evs = []
+        if script:
+            evs.append(ctx.event(fresh, ev.instance_event(
+                f"Instance lifecycle script execution for EC2 Instance {iid} has Completed "
+                f"({script} from {current.lifecycle_digest})", current.group, iid)))
+        current = replace(current, phases=(*current.phases, phase), **result)
+        if coalesce and not evs and not topology and not result:
+            dirty = True
+        else:
+            current = ctx.store.update_node(current, evs)
+            dirty = False
+        if topology and record_topology:
+            ctx.update_cluster_with(cid, functools.partial(_with_topology, topology=str(topology)))
+    return current
+
+
+def _flush(ctx: Context, node: NodeRecord) -> None:
+    try:
+        ctx.store.update_node(node)
+    except VersionConflict:
+        pass
+
+
+def boot(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
+    """Boots a Pending node to Running. A runtime whose phases are cheap and idempotent
+    (``checkpoint_every_phase = False``: the simulated one) has its phase checkpoints coalesced into the next real
+    write; after a crash such phases simply rerun."""
+    coalesce = not ctx.runtime.checkpoint_every_phase
+    node = ctx.store.get_node(instance_id)
+    cluster = ctx.store.get_cluster(cluster_id)
+    if node is None or cluster is None or node.status != InstanceStatus.PENDING:
+        return None
+    try:
+        done = run_phases(ctx, cluster, node, resume_key="resume_on_join", coalesce=coalesce)
+    except NodeBootError as exc:
+        failed = ctx.store.get_node(instance_id)
+        if failed is not None and failed.status == InstanceStatus.PENDING:
+            _boot_failed(ctx, cluster, failed, exc)
+        return None
+    if not isinstance(done, NodeRecord):
+        return None
+    if not coalesce:
+        done, fresh = ctx.store.get_node(instance_id), ctx.store.get_cluster(cluster_id)
+        if done is None or fresh is None or done.status != InstanceStatus.PENDING:
+            return None
+        cluster = fresh
+    try:
+        ctx.store.update_node(node_to(done, InstanceStatus.RUNNING, message=None),
+                              [ctx.event(cluster, ev.instance_provisioned(cluster.name, done.group, instance_id))])
+    except VersionConflict:
+        return None  # changed meanwhile (e.g. being deleted): the next pass plans from the stored record
+    log.info("node %s (%s %s): Pending -> Running", instance_id, done.group, done.hostname)
+    return None
+
+
+def _boot_failed(ctx: Context, cluster: ClusterRecord, node: NodeRecord, exc: NodeBootError) -> None:
+    metrics.record_launch_failure(exc)
+    if cluster.spec.continuous:
+        # Desired state: every failure is retried asynchronously with capped exponential backoff.
+        delay = min(ctx.timeouts.max_backoff, ctx.timeouts.retry_delay * (2 ** min(node.attempts, 8)))
+        ctx.store.update_node(
+            replace(node, attempts=node.attempts + 1, next_attempt=ctx.clock.now() + delay, message=exc.message),
+            [ctx.event(cluster, ev.instance_event(
+                f"Instance launch in Cluster {cluster.name} and IG {node.group} will be retried in "
+                f"{int(delay)} s", node.group, node.instance_id, level=EventLevel.WARN, failure=exc.message))],
+        )
+        return
+    ctx.store.update_node(
+        node_to(node, InstanceStatus.FAILURE, message=exc.message, attempts=node.attempts + 1),
+        [ctx.event(cluster, ev.instance_failed(cluster.name, node.group, node.instance_id, exc.message))],
+    )
+    log.info("node %s (%s): Pending -> Failure (%s)", node.instance_id, node.group, exc.message)
