@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmpod.files import secret_file
 from slurmpod.lifecycle.images import BUILTIN, Image
 from slurmpod.providers.base import (
     CommandResult,
@@ -40,7 +41,6 @@ from slurmpod.providers.base import (
     ProviderInstance,
     VolumeMount,
 )
-from slurmpod.secretstore import secret_file
 from slurmpod.slurm import accounting as acct
 from slurmpod.slurm import control
 from slurmpod.slurm.conf import SLURMDBD_PORT, AccountingConfig

@@ -14,7 +14,7 @@ from slurmpod import ids
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.software import new_software_update
-from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus
+from slurmpod.domain.status import ClusterStatus, InstanceStatus, SoftwareUpdateStatus
 from slurmpod.domain.transitions import cluster_to, node_to
 from slurmpod.reconciler import plan as p
 from slurmpod.reconciler import rolling
@@ -40,9 +40,7 @@ def create_nodes(ctx: Context, cluster: ClusterRecord, action: p.CreateNodes) ->
             image_id=image_id, image_release=image_release,
             lifecycle_digest=cluster.lifecycle_snapshots.get(action.group), data=data,
         ))
-    started = ctx.event(cluster, ev.instance_event(
-        f"Instance creation started successfully in Cluster {cluster.name} and IG {action.group}",
-        action.group, None))
+    started = ctx.event(cluster, ev.instance_creation_started(cluster.name, action.group))
     ctx.store.add_nodes(recs, [started])
     ctx.wake()  # the new records can boot in the next pass
     log.info("cluster %s: %d new instance(s) in %s", cluster.name, action.count, action.group)
@@ -114,10 +112,9 @@ def begin_scheduled_update(ctx: Context, cluster: ClusterRecord,
         schedules[g]["last_fired"] = t
     upd = cluster_to(cluster, ClusterStatus.SYSTEM_UPDATING, software_update=su, schedules=schedules,
                      operation_id=su.operation_id,
-                     software_update_status={**cluster.software_update_status, **{g: "InProgress" for g in groups}})
-    drafts = [ev.EventDraft(ev.ResourceType.INSTANCE_GROUP, EventLevel.INFO,
-                            f"InstanceGroup {g} in Cluster {cluster.name} has been scheduled for "
-                            "UpdateClusterSoftware to latest.", group=g) for g in groups]
+                     software_update_status={**cluster.software_update_status,
+                                             **{g: SoftwareUpdateStatus.IN_PROGRESS for g in groups}})
+    drafts = [ev.software_update_scheduled(cluster.name, g) for g in groups]
     stored = ctx.store.update_cluster(upd, ctx.events(upd, drafts))
     log.info("cluster %s: scheduled software update of %s to %s", cluster.name, ", ".join(groups), target)
     return stored

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import ClusterRecord, NodeRecord
-from slurmpod.domain.status import ClusterStatus, EventLevel, InstanceStatus, NodeType, ResourceType
+from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
 
 
 @dataclass(frozen=True)
@@ -30,14 +30,6 @@ class HealthReport:
 
 
 @dataclass(frozen=True)
-class Notification:
-    kind: str  # ControllerDown | ControllerUp
-    instance_id: str
-    hostname: str
-    description: str
-
-
-@dataclass(frozen=True)
 class NodeChange:
     """One version-checked write of ``instance_id`` as observed at ``version``."""
 
@@ -47,7 +39,7 @@ class NodeChange:
     drop_data: tuple[str, ...] = ()
     fail_message: str | None = None  # set: the node becomes Failure
     events: tuple[ev.EventDraft, ...] = ()
-    notifications: tuple[Notification, ...] = ()
+    notifications: tuple[ev.Notification, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,18 +51,15 @@ class HealthPlan:
     leak_suspects: frozenset[str] = frozenset()
 
 
-def _controller_text(cluster: ClusterRecord, node: NodeRecord, ctls: Sequence[NodeRecord], up: bool
-                     ) -> tuple[str, EventLevel, str]:
+def _controller_change(cluster: ClusterRecord, node: NodeRecord, ctls: Sequence[NodeRecord], up: bool
+                       ) -> tuple[ev.EventDraft, ev.Notification]:
     host = node.hostname or node.instance_id
     if up:
         primary = bool(ctls) and ctls[0].instance_id == node.instance_id
-        return (f"Slurm controller {host} (instance {node.instance_id}) in Cluster {cluster.name} is back"
-                + (" and serves as primary again" if primary else " as a backup")), EventLevel.INFO, "ControllerUp"
+        return ev.controller_up(cluster.name, node.group, node.instance_id, host, primary=primary)
     others = [n for n in ctls if n.instance_id != node.instance_id and n.status == InstanceStatus.RUNNING]
-    backup = others[0].hostname if others else None
-    text = (f"Slurm controller {host} (instance {node.instance_id}) in Cluster {cluster.name} is down; "
-            + (f"backup controller {backup} takes over" if backup else "no backup controller serves"))
-    return text, (EventLevel.WARN if backup else EventLevel.ERROR), "ControllerDown"
+    return ev.controller_down(cluster.name, node.group, node.instance_id, host,
+                              backup=others[0].hostname if others else None)
 
 
 def _leaks(report: HealthReport, nodes: Sequence[NodeRecord], leak_suspects: frozenset[str]
@@ -84,11 +73,8 @@ def plan_health(report: HealthReport, cluster: ClusterRecord, nodes: Sequence[No
                 suspects: frozenset[str], busy: frozenset[str], leak_suspects: frozenset[str] = frozenset()
                 ) -> HealthPlan:
     leaks, new_leak_suspects = _leaks(report, nodes, leak_suspects)
-    events = tuple(ev.EventDraft(ResourceType.CLUSTER, EventLevel.WARN if ok else EventLevel.ERROR, text)
-                   for ok, text in report.services)
-    events += tuple(ev.EventDraft(ResourceType.INSTANCE, EventLevel.WARN,
-                                  f"Instance {iid} runs in Cluster {cluster.name} but no record of slurmpod owns it "
-                                  "(leaked); it was terminated", instance_id=iid) for iid in leaks)
+    events = tuple(ev.service_health(text, restored=ok) for ok, text in report.services)
+    events += tuple(ev.instance_leaked(cluster.name, iid) for iid in leaks)
     if cluster.status != ClusterStatus.IN_SERVICE:
         return HealthPlan(leaks=leaks, events=events, leak_suspects=new_leak_suspects)
     alive = dict(report.alive)
@@ -96,7 +82,7 @@ def plan_health(report: HealthReport, cluster: ClusterRecord, nodes: Sequence[No
         if iid in suspects:  # slurmd gone twice in a row counts as unhealthy
             alive[iid] = False
     new_suspects = frozenset(report.unreachable) - {i for i, a in alive.items() if not a}
-    automatic = (cluster.spec.node_recovery or "Automatic") == "Automatic"
+    automatic = cluster.spec.automatic_recovery
     ctl_groups = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
     ctls = sorted((n for n in nodes if n.group in ctl_groups and n.active), key=lambda n: n.seq)
     changes = []
@@ -105,38 +91,31 @@ def plan_health(report: HealthReport, cluster: ClusterRecord, nodes: Sequence[No
         set_data: dict[str, object] = {}
         drop: list[str] = []
         drafts: list[ev.EventDraft] = []
-        notes: list[Notification] = []
+        notes: list[ev.Notification] = []
         fail: str | None = None
         is_ctl = n.group in ctl_groups
         if (is_ctl and n.data.get("controller_down") and n.status == InstanceStatus.RUNNING
                 and alive.get(iid)):
-            text, level, kind = _controller_text(cluster, n, ctls, up=True)
+            draft, note = _controller_change(cluster, n, ctls, up=True)
             drop.append("controller_down")
-            drafts.append(ev.instance_event(text, n.group, iid, level=level))
-            notes.append(Notification(kind, iid, n.hostname or iid, text))
+            drafts.append(draft)
+            notes.append(note)
         if n.status == InstanceStatus.RUNNING and iid not in busy and not n.data.get("op"):
             if alive.get(iid) is False:
                 if is_ctl and not n.data.get("controller_down"):
-                    text, level, kind = _controller_text(cluster, n, ctls, up=False)
+                    draft, note = _controller_change(cluster, n, ctls, up=False)
                     set_data["controller_down"] = True
-                    drafts.append(ev.instance_event(text, n.group, iid, level=level))
-                    notes.append(Notification(kind, iid, n.hostname or iid, text))
+                    drafts.append(draft)
+                    notes.append(note)
                 if automatic:
                     set_data["op"] = "reboot"
-                    drafts.append(ev.instance_event(
-                        f"Instance {iid} in IG {n.group} is unhealthy (its processes are gone); NodeRecovery "
-                        "Automatic is rebooting it", n.group, iid, level=EventLevel.WARN))
                 else:
                     fail = "Instance processes are no longer running"
-                    drafts.append(ev.instance_event(
-                        f"Instance {iid} in IG {n.group} is unhealthy; NodeRecovery is None, so it is left to the "
-                        "operator", n.group, iid, level=EventLevel.ERROR))
+                drafts.append(ev.instance_unhealthy(n.group, iid, automatic=automatic))
             elif iid in report.requests:
                 action = report.requests[iid]
                 set_data.update({"op": "refresh" if action == "Replace" else "reboot", "resume_on_join": True})
-                drafts.append(ev.instance_event(
-                    f"Slurm asked to {action.lower()} instance {iid} in IG {n.group} (Action:{action}); its jobs "
-                    "have ended", n.group, iid))
+                drafts.append(ev.slurm_requested(n.group, iid, action))
         if set_data or drop or fail:
             changes.append(NodeChange(iid, n.version, set_data, tuple(drop), fail, tuple(drafts), tuple(notes)))
     return HealthPlan(tuple(changes), leaks, events, new_suspects, new_leak_suspects)

@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from slurmpod import metrics
 from slurmpod.clock import Clock
 from slurmpod.domain.model import ClusterRecord
 from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.errors import VersionConflict
 from slurmpod.notify import Notifier
+from slurmpod.observability import metrics
 from slurmpod.reconciler import apply, rolling
 from slurmpod.reconciler import plan as p
 from slurmpod.reconciler.monitor import HealthMonitor

@@ -143,8 +143,6 @@ class HealthMonitor:
         except VersionConflict:
             return False
         for note in change.notifications:
-            self.ctx.notifier.send(cluster, f"slurmpod: {note.kind} in {cluster.name}",
-                                   {"Event": note.kind, "InstanceId": note.instance_id, "Hostname": note.hostname,
-                                    "Description": note.description}, self.ctx.clock.now())
+            self.ctx.notifier.notify(cluster, note, self.ctx.clock.now())
             log.warning("cluster %s: %s", cluster.name, note.description)
         return True

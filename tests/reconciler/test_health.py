@@ -74,11 +74,11 @@ def test_controller_down_and_back_notify() -> None:
     down = _plan(HealthReport(alive={**ALL_ALIVE, "i-0": False}))
     (change,) = down.changes
     assert change.set_data == {"controller_down": True, "op": "reboot"}
-    assert [n.kind for n in change.notifications] == ["ControllerDown"]
+    assert [n.kind.value for n in change.notifications] == ["ControllerDown"]
     assert "backup controller ip-1 takes over" in change.notifications[0].description
     back_nodes = (replace(NODES[0], data={"controller_down": True}), *NODES[1:])
     (up,) = _plan(HealthReport(alive=ALL_ALIVE), nodes=back_nodes).changes
-    assert up.drop_data == ("controller_down",) and up.notifications[0].kind == "ControllerUp"
+    assert up.drop_data == ("controller_down",) and up.notifications[0].kind.value == "ControllerUp"
 
 
 def test_only_in_service_clusters_get_node_decisions() -> None:

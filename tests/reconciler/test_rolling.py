@@ -8,7 +8,14 @@ import pytest
 
 from slurmpod.domain.model import ClusterRecord, NodeRecord, SoftwareUpdate
 from slurmpod.domain.software import new_software_update
-from slurmpod.domain.spec import CapacitySize, CapacitySizeType, ClusterSpec, DeploymentSpec, InstanceGroupSpec, SlurmConfig
+from slurmpod.domain.spec import (
+    CapacitySize,
+    CapacitySizeType,
+    ClusterSpec,
+    DeploymentSpec,
+    InstanceGroupSpec,
+    SlurmConfig,
+)
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType, SoftwareUpdateStatus, UpdatePhase
 from slurmpod.reconciler import rolling
 

@@ -11,12 +11,12 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from slurmpod import metrics
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import PHASES, ClusterRecord, NodeRecord
-from slurmpod.domain.status import EventLevel, InstanceStatus
+from slurmpod.domain.status import InstanceStatus
 from slurmpod.domain.transitions import node_to
 from slurmpod.errors import VersionConflict
+from slurmpod.observability import metrics
 from slurmpod.reconciler import plan as p
 from slurmpod.reconciler.runtime import NodeBootError
 from slurmpod.reconciler.work import Context, Park
@@ -77,9 +77,8 @@ def run_phases(ctx: Context, cluster: ClusterRecord, node: NodeRecord, *, resume
         script = result.pop("script", None)
         evs = []
         if script:
-            evs.append(ctx.event(fresh, ev.instance_event(
-                f"Instance lifecycle script execution for EC2 Instance {iid} has Completed "
-                f"({script} from {current.lifecycle_digest})", current.group, iid)))
+            evs.append(ctx.event(fresh, ev.lifecycle_script_completed(current.group, iid, str(script),
+                                                                      current.lifecycle_digest)))
         current = replace(current, phases=(*current.phases, phase), **result)
         if coalesce and not evs and not topology and not result:
             dirty = True
@@ -137,9 +136,8 @@ def _boot_failed(ctx: Context, cluster: ClusterRecord, node: NodeRecord, exc: No
         delay = min(ctx.timeouts.max_backoff, ctx.timeouts.retry_delay * (2 ** min(node.attempts, 8)))
         ctx.store.update_node(
             replace(node, attempts=node.attempts + 1, next_attempt=ctx.clock.now() + delay, message=exc.message),
-            [ctx.event(cluster, ev.instance_event(
-                f"Instance launch in Cluster {cluster.name} and IG {node.group} will be retried in "
-                f"{int(delay)} s", node.group, node.instance_id, level=EventLevel.WARN, failure=exc.message))],
+            [ctx.event(cluster, ev.instance_launch_retry(cluster.name, node.group, node.instance_id, delay,
+                                                         exc.message))],
         )
         return
     ctx.store.update_node(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from slurmpod.domain import events as ev
-from slurmpod.domain.status import EventLevel, InstanceStatus
+from slurmpod.domain.status import InstanceStatus
 from slurmpod.domain.transitions import node_to
 from slurmpod.reconciler.runtime import NodeBootError
 from slurmpod.reconciler.work import Context, Park
@@ -35,9 +35,7 @@ def node_op(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
             keep = tuple(ph for ph in node.phases if ph in REBOOT_KEEPS)
     except NodeBootError as exc:
         ctx.save_node(node_to(node, InstanceStatus.FAILURE, message=exc.message, data=data),
-                      ev.instance_event(f"Instance {op} {instance_id} in Cluster {cluster.name} and IG "
-                                        f"{node.group} failed", node.group, instance_id,
-                                        level=EventLevel.ERROR, failure=exc.message))
+                      ev.node_op_failed(cluster.name, node.group, instance_id, op, exc.message))
         return None
     ctx.save_node(node_to(node, InstanceStatus.PENDING, phases=keep, data=data, message=None))
     log.info("node %s (%s): %s done; rejoining", instance_id, node.group, op)

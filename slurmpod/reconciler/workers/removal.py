@@ -14,11 +14,10 @@ from dataclasses import replace
 
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import ClusterRecord, NodeRecord
-from slurmpod.domain.status import ClusterStatus, EventLevel
+from slurmpod.domain.status import ClusterStatus
 from slurmpod.domain.transitions import cluster_to
 from slurmpod.reconciler import plan as p
 from slurmpod.reconciler.work import Context, Park
-from slurmpod.reconciler.workers.update import _jobs_text
 
 log = logging.getLogger("slurmpod.reconciler")
 
@@ -47,9 +46,7 @@ def remove(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
             rt.drain(cluster, node, nodes, DRAIN_REASON)
             node = ctx.save_node(
                 replace(node, data={**node.data, "remove_step": "wait", "wait_started": ctx.clock.now()}),
-                ev.instance_event(
-                    f"Instance {instance_id} in IG {node.group} runs job(s) {_jobs_text(jobs)}: drained, waiting up "
-                    f"to {int(ctx.timeouts.drain)} s for them to end before it is removed", node.group, instance_id))
+                ev.drain_waiting(node.group, instance_id, jobs, ctx.timeouts.drain, removal=True))
             step = "wait"
     if step == "wait" and not ctx.stopping.is_set():
         nodes = ctx.store.list_nodes(cluster_id)
@@ -59,19 +56,15 @@ def remove(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
             if ctx.clock.now() < deadline:
                 return Park(ctx.timeouts.drain_poll)
             jobs = list(rt.running_jobs(cluster, node, nodes))
-            ctx.add_events(cluster, ev.instance_event(
-                f"Instance {instance_id} in IG {node.group}: job(s) {_jobs_text(jobs) or '(unknown)'} still running "
-                f"after the drain timeout ({int(ctx.timeouts.drain)} s) were ended to remove it", node.group,
-                instance_id, level=EventLevel.WARN))
+            ctx.add_events(cluster, ev.drain_timed_out(node.group, instance_id, jobs, ctx.timeouts.drain,
+                                                       removal=True))
             log.warning("node %s: removal ends jobs %s after %.0f s", instance_id, jobs, ctx.timeouts.drain)
     elif step is None and "daemons" in node.phases:
         jobs = list(rt.running_jobs(cluster, node, ctx.store.list_nodes(cluster_id))) \
             if rt.alive(cluster).get(instance_id, False) else []
         if jobs:
             why = "the cluster is deleted" if cluster.status == ClusterStatus.DELETING else "its creation failed"
-            ctx.add_events(cluster, ev.instance_event(
-                f"Instance {instance_id} in IG {node.group} is removed with job(s) {_jobs_text(jobs)} running: "
-                f"{why}", node.group, instance_id, level=EventLevel.WARN))
+            ctx.add_events(cluster, ev.removed_with_jobs(node.group, instance_id, jobs, why))
     rt.remove_node(cluster, node, ctx.store.node_view(cluster_id))  # node_view: read only if looked at
     ctx.store.delete_node(instance_id)
     log.info("node %s (%s): ShuttingDown -> terminated", instance_id, node.group)

@@ -27,16 +27,13 @@ def apply_topology(ctx: Context, cluster_id: str) -> Park | None:
         drift_detected(ctx, cluster_id, exc)
         return None
     ctx.update_cluster_with(cluster_id, functools.partial(_with_topology, topology=digest))
-    ctx.add_events(cluster, ev.EventDraft(
-        ev.ResourceType.CLUSTER, EventLevel.INFO,
-        "Slurm was reconfigured successfully. Slurm config updated to match desired state"))
+    ctx.add_events(cluster, ev.slurm_reconfigured())
     log.info("cluster %s: slurm topology applied (%s)", cluster.name, digest[:12])
     return None
 
 
 def drift_detected(ctx: Context, cluster_id: str, exc: TopologyDriftError) -> None:
-    details = "; ".join(exc.drift)
-    message = f"Configuration drift detected. {details}"
+    message = ev.drift_message(exc.drift)
 
     def fail(c: ClusterRecord) -> ClusterRecord | None:
         if c.status != ClusterStatus.UPDATING or c.last_good_spec is None:
@@ -47,8 +44,7 @@ def drift_detected(ctx: Context, cluster_id: str, exc: TopologyDriftError) -> No
     if cluster is not None:
         ctx.add_events(
             cluster,
-            ev.EventDraft(ev.ResourceType.CLUSTER, EventLevel.ERROR, f"Slurm configuration drift detected: {details}",
-                          details={"FailureMessage": message}),
+            ev.drift_detected(exc.drift),
             ev.cluster_event(cluster.name, "update", "failed", level=EventLevel.ERROR, failure=message),
         )
     log.warning("cluster %s: %s", cluster_id, message)

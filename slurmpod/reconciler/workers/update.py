@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import ClusterRecord, NodeRecord
-from slurmpod.domain.status import EventLevel, InstanceStatus
+from slurmpod.domain.status import InstanceStatus, UpdatePhase
 from slurmpod.domain.transitions import node_to
 from slurmpod.reconciler.runtime import NodeBootError
 from slurmpod.reconciler.work import Context, Park
@@ -21,10 +21,6 @@ from slurmpod.reconciler.workers.boot import run_phases
 log = logging.getLogger("slurmpod.reconciler")
 
 DRAIN_REASON = "slurmpod: software update"
-
-
-def _jobs_text(jobs: list[str]) -> str:
-    return ", ".join(jobs[:20]) + (f" and {len(jobs) - 20} more" if len(jobs) > 20 else "")
 
 
 def update_node(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
@@ -41,10 +37,8 @@ def update_node(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
             nodes = ctx.store.list_nodes(cluster_id)
             ours = rt.drain(cluster, node, nodes, DRAIN_REASON)
             jobs = list(rt.running_jobs(cluster, node, nodes))
-            drafts = [ev.instance_event(
-                f"Instance {instance_id} in IG {node.group} runs job(s) {_jobs_text(jobs)}: drained, waiting up to "
-                f"{int(ctx.timeouts.drain)} s for them to end before its root volume is replaced",
-                node.group, instance_id)] if jobs else []
+            drafts = ([ev.drain_waiting(node.group, instance_id, jobs, ctx.timeouts.drain, removal=False)]
+                      if jobs else [])
             node = ctx.save_node(replace(node, data={
                 **node.data, "update_step": "wait", "drained_by_us": ours or bool(node.data.get("drained_by_us")),
                 "wait_started": ctx.clock.now()}), *drafts)
@@ -61,15 +55,10 @@ def update_node(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
                 jobs = list(rt.running_jobs(cluster, node, nodes))
                 log.warning("node %s: jobs %s still running after %.0f s; replacing anyway", instance_id, jobs,
                             ctx.timeouts.drain)
-                drafts.append(ev.instance_event(
-                    f"Instance {instance_id} in IG {node.group}: job(s) {_jobs_text(jobs) or '(unknown)'} still "
-                    f"running after the drain timeout ({int(ctx.timeouts.drain)} s); replacing the root volume "
-                    "ends them", node.group, instance_id, level=EventLevel.WARN))
+                drafts.append(ev.drain_timed_out(node.group, instance_id, jobs, ctx.timeouts.drain, removal=False))
             # a node rolled back from Failure is provisioned again (Pending); a running one is SystemUpdating
             status = InstanceStatus.SYSTEM_UPDATING if node.status != InstanceStatus.FAILURE else InstanceStatus.PENDING
-            drafts.append(ev.instance_event(
-                f"Root volume replacement started for Instance {instance_id} in IG {node.group}.",
-                node.group, instance_id))
+            drafts.append(ev.root_volume_replacement_started(node.group, instance_id))
             node = ctx.save_node(node_to(node, status, data={**node.data, "update_step": "replace"}), *drafts)
             step = "replace"
         if step == "replace":
@@ -89,27 +78,25 @@ def update_node(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
         return Park(ctx.timeouts.drain_poll)  # the daemons gate: the controller is not back yet
     if done is None:
         return None
-    _updated(ctx, cluster_id, done, su.phase == "update")
+    _updated(ctx, cluster_id, done, su.phase)
     return None
 
 
-def _updated(ctx: Context, cluster_id: str, node: NodeRecord, updating: bool) -> None:
+def _updated(ctx: Context, cluster_id: str, node: NodeRecord, phase: UpdatePhase) -> None:
     iid = node.instance_id
     previous = str(node.data.get("update_from") or "")
     target = str(node.data.get("update_to") or "")
     data = {k: v for k, v in node.data.items() if not k.startswith(("update_", "drained_by_us", "wait_"))}
     ctx.save_node(
         node_to(node, InstanceStatus.RUNNING, message=None, last_software_update_time=ctx.clock.now(), data=data),
-        ev.instance_event(f"Instance {iid} in IG {node.group} updated successfully." if updating else
-                          f"Instance {iid} in IG {node.group} rolled back successfully to previous AMI.",
-                          node.group, iid))
+        ev.instance_software_updated(node.group, iid, phase))
     log.info("node %s (%s): software %s -> %s", iid, node.group, previous, target)
 
     def record(c: ClusterRecord) -> ClusterRecord | None:
         if c.software_update is None:
             return None
         done = dict(c.software_update.done)
-        if c.software_update.phase == "update":
+        if c.software_update.phase == UpdatePhase.UPDATE:
             done[iid] = previous
         return replace(c, software_update=replace(c.software_update, done=done, last_batch_end=ctx.clock.now()))
 
@@ -121,14 +108,13 @@ def node_update_failed(ctx: Context, cluster_id: str, instance_id: str, message:
     cluster = ctx.store.get_cluster(cluster_id)
     if node is None or cluster is None or cluster.software_update is None:
         return
-    rollback = cluster.software_update.phase == "rollback"
+    phase = cluster.software_update.phase
+    rollback = phase == UpdatePhase.ROLLBACK
     data = {k: v for k, v in node.data.items() if k not in ("update_to", "update_step", "wait_started")}
     if rollback:
         data["rollback_failed"] = message
-    text = (f"UpdateClusterSoftware rollback failed for instance {instance_id} in IG {node.group}." if rollback
-            else f"Instance {instance_id} in IG {node.group} failed to update. Rollback initiated.")
     ctx.save_node(node_to(node, InstanceStatus.FAILURE, message=message, data=data),
-                  ev.instance_event(text, node.group, instance_id, level=EventLevel.ERROR, failure=message))
+                  ev.instance_software_update_failed(node.group, instance_id, phase, message))
     log.warning("node %s: software update failed: %s", instance_id, message)
 
     def record(c: ClusterRecord) -> ClusterRecord | None:
