@@ -1,5 +1,6 @@
 """The ``slurmpod`` command: ``main()`` and its argparse parser. Each command group lives in its own module
-(``server``, ``admin``, ``connect``, ``demo``, ``events``, ``hosts``); ``python -m slurmpod.cli`` runs it too."""
+(``server``, ``admin``, ``connect``, ``demo``, ``events``, ``hosts``, ``images``); ``python -m slurmpod.cli``
+runs it too."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from slurmpod.cli.admin import (
     cmd_capacity,
     cmd_cleanup,
     cmd_credentials,
-    cmd_images,
     cmd_migrate,
     cmd_secrets,
     cmd_webhooks,
@@ -19,6 +19,7 @@ from slurmpod.cli.admin import (
 from slurmpod.cli.connect import cmd_connect
 from slurmpod.cli.events import add_events_parser
 from slurmpod.cli.hosts import add_hosts_parser
+from slurmpod.cli.images import add_images_parser
 from slurmpod.cli.options import die
 from slurmpod.cli.server import cmd_server, listen_refusal
 from slurmpod.settings import default_state_dir
@@ -168,24 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_events_parser(sub)
     add_hosts_parser(sub)
 
-    i = sub.add_parser("images", help="image releases (AMIs): list, publish, mark")
-    i.add_argument("--state-dir", default=str(default_state_dir()))
-    i.add_argument("--db", default=None)
-    isub = i.add_subparsers(dest="images_command", required=True)
-    il = isub.add_parser("list", help="list image releases")
-    ip = isub.add_parser("publish", help="publish a new release whose baseline runs an extra setup step")
-    ip.add_argument("--from", dest="base", default=None, help="base release (default: latest)")
-    ip.add_argument("--script", default=None, help="bash file run as root in every node of the release")
-    ip.add_argument("--release", default=None, help="release version X.Y.Z (default: next patch)")
-    ip.add_argument("--description", default=None)
-    ip.set_defaults(func=cmd_images)
-    im = isub.add_parser("mark", help="mark a release")
-    im.add_argument("image_id")
-    flag = im.add_mutually_exclusive_group(required=True)
-    flag.add_argument("--security-update-required", action="store_true")
-    flag.add_argument("--end-of-life", action="store_true")
-    im.set_defaults(func=cmd_images)
-    il.set_defaults(func=cmd_images)
+    add_images_parser(sub)
     return parser
 
 

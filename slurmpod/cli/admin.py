@@ -1,5 +1,5 @@
-"""Administrative commands on a state directory: credentials, secrets, capacity, webhooks, images, migrate,
-cleanup. Each imports what it needs when it runs, so ``slurmpod --help`` stays fast."""
+"""Administrative commands on a state directory: credentials, secrets, capacity, webhooks, migrate, cleanup
+(images: ``cli/images.py``). Each imports what it needs when it runs, so ``slurmpod --help`` stays fast."""
 
 from __future__ import annotations
 
@@ -77,39 +77,6 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     if not report.ok:
         print("cleanup incomplete: see the lines above", file=sys.stderr)
         return 1
-    return 0
-
-
-def cmd_images(args: argparse.Namespace) -> int:
-    import time
-
-    from slurmpod.lifecycle.images import END_OF_LIFE, SECURITY_UPDATE_REQUIRED, ImageCatalog, ImageError
-    from slurmpod.store.sql import SqlStore
-
-    store = SqlStore(Settings(state_dir=Path(args.state_dir), db_url=args.db).database_url)
-    try:
-        catalog = ImageCatalog(store)
-        if args.images_command == "publish":
-            script = Path(args.script).read_text() if args.script else ""
-            image = catalog.publish(base=args.base, script=script, description=args.description or "",
-                                    now=time.time(), release=args.release)
-            print(f"published {image.image_id} release {image.release}")
-            return 0
-        if args.images_command == "mark":
-            status = SECURITY_UPDATE_REQUIRED if args.security_update_required else END_OF_LIFE
-            image = catalog.mark(args.image_id, status)
-            print(f"{image.image_id} ({image.release}) marked {status}")
-            return 0
-        images = catalog.releases()
-    except (ImageError, OSError) as exc:
-        return die(str(exc))
-    finally:
-        store.close()
-    latest = images[-1].image_id
-    print(f"{'IMAGE ID':<24} {'RELEASE':<10} {'STATUS':<24} DESCRIPTION")
-    for i in images:
-        tag = " (default, latest)" if i.image_id == latest else ""
-        print(f"{i.image_id:<24} {i.release:<10} {i.status:<24} {i.description}{tag}")
     return 0
 
 

@@ -1,0 +1,280 @@
+"""The slurmpod node layer: what every image gets on top of Debian's packages, at build (or import) time.
+
+* Boot hygiene: units a node does not need are masked; the Slurm daemons, slurmdbd and MariaDB are not enabled
+  (the node's boot enables the one its role needs); the build-time munge key, ssh host keys and machine-id are
+  removed (per node, not per image); sshd makes one ed25519 host key at first start; journald is volatile (16M);
+  ``/etc/.updated`` and ``/var/.updated`` say the image is up to date (no ConditionNeedsUpdate work at boot).
+* HyperPod's node contract: Slurm under ``/opt/slurm`` (``bin/``, ``sbin/`` linking Debian's binaries,
+  ``etc/`` a real directory that ``/etc/slurm`` points to), ``/etc/systemd/system/slurmd.service`` with the
+  literal ``${SLURMD_OPTIONS}`` placeholder AWS's ``start_slurm.sh`` renders with envsubst, ``slurmctld.service``
+  reading ``/opt/slurm/etc/slurm.conf`` (both Restart=on-failure, the stock unit's Type kept), user ``ubuntu``
+  (uid/gid 1000, bash, passwordless sudo), ``/opt/sagemaker_cluster``, ``/opt/ml/config``, ``/var/log/provision``.
+
+Units are rendered from the image's own stock units, so User/PIDFile/limits follow the suite's Slurm.
+Bump ``RECIPE_VERSION`` whenever the layer or the base package list changes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from slurmpod.lifecycle.rootfs import RootfsError, resolve_in_root
+
+RECIPE_VERSION = 1
+
+MASKED = (
+    "getty@tty1.service", "console-getty.service", "systemd-firstboot.service",
+    "apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer", "fstrim.timer", "e2scrub_all.timer",
+    "e2scrub_reap.service", "systemd-pstore.service", "remote-fs.target",
+    "systemd-networkd-wait-online.service", "systemd-timesyncd.service",
+    "sys-kernel-debug.mount", "sys-kernel-tracing.mount", "sys-kernel-config.mount", "sys-fs-fuse-connections.mount",
+    "dev-hugepages.mount", "dev-mqueue.mount", "systemd-modules-load.service",
+)
+UNWANTED_LINKS = (
+    "getty.target.wants/getty@tty1.service", "sysinit.target.wants/systemd-pstore.service",
+    "timers.target.wants/apt-daily.timer", "timers.target.wants/apt-daily-upgrade.timer",
+    "timers.target.wants/dpkg-db-backup.timer", "timers.target.wants/fstrim.timer",
+    "timers.target.wants/e2scrub_all.timer",
+    # per role: the node's boot enables the one it needs
+    "multi-user.target.wants/slurmd.service", "multi-user.target.wants/slurmctld.service",
+    "multi-user.target.wants/slurmdbd.service", "multi-user.target.wants/mariadb.service",
+)
+SLURM_CLIENTS = ("sinfo", "squeue", "srun", "sbatch", "salloc", "scontrol", "scancel", "sacct", "sacctmgr",
+                 "sstat", "sshare", "sprio", "sreport", "sattach", "sbcast", "sdiag")
+SLURM_DAEMONS = ("slurmd", "slurmctld", "slurmdbd")
+SLURM_CONF = "/opt/slurm/etc/slurm.conf"
+UBUNTU_UID = 1000
+SUDOERS = "ubuntu ALL=(ALL) NOPASSWD:ALL\n"
+_KEY = "/etc/ssh/ssh_host_ed25519_key"
+SSH_DROPIN = (
+    "# slurmpod: host keys are per root volume, made at first start (ed25519 only: RSA costs ~1 s of a boot)\n"
+    "[Service]\nExecStartPre=\n"
+    f"ExecStartPre=/bin/sh -c 'test -e {_KEY} || exec ssh-keygen -q -t ed25519 -N \"\" -f {_KEY}'\n"
+    "ExecStartPre=/usr/sbin/sshd -t\n"
+)
+JOURNALD = "[Journal]\nStorage=volatile\nRuntimeMaxUse=16M\n"
+MUNGE_DROPIN = "# slurmpod: munged comes back when it dies (the stock unit only restarts on abort)\n" \
+               "[Service]\nRestart=on-failure\nRestartSec=1\n"
+HOSTS = "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
+
+# minimal units for an imported image without Debian's (same shape as bookworm's)
+FALLBACK_UNIT = """\
+[Unit]
+Description=Slurm {what}
+After=munge.service network-online.target remote-fs.target
+Wants=network-online.target
+
+[Service]
+Type=simple
+ExecStart=/usr/sbin/{daemon} -D -s
+ExecReload=/bin/kill -HUP $MAINPID
+PIDFile=/run/{daemon}.pid
+KillMode=process
+LimitNOFILE=131072
+LimitMEMLOCK=infinity
+LimitSTACK=infinity
+TasksMax=infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+Chroot = Callable[[Sequence[str]], str]  # runs argv inside the image (chroot), returns stdout, raises on failure
+
+
+class LayerError(RootfsError):
+    """The node layer could not be applied; the message names the step."""
+
+
+def notify_mode(stock: str) -> bool:
+    """Does the stock unit run the daemon with ``--systemd`` (Type=notify; Slurm >= 23.11, e.g. trixie)?"""
+    return any(line.strip().startswith("ExecStart=") and "--systemd" in line for line in stock.splitlines())
+
+
+def render_unit(stock: str, *, daemon: str, args: str, condition: str | None, keep_env: bool) -> str:
+    """A full unit for ``daemon`` made from the suite's stock unit: ExecStart on ``/opt/slurm/sbin`` with ``args``
+    (after the stock mode flags: ``--systemd`` or ``-D -s``), the stock ConditionPathExists replaced by
+    ``condition``, Restart=on-failure, everything else (Type, User, PIDFile, limits, Install) kept."""
+    mode = "--systemd" if notify_mode(stock) else "-D -s"
+    exec_line = f"ExecStart=/opt/slurm/sbin/{daemon} {mode}{(' ' + args) if args else ''}"
+    out = [f"# slurmpod node image: HyperPod's layout (/opt/slurm), made from Debian's {daemon}.service"]
+    section = ""
+    for raw in stock.splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            if section == "[Unit]" and condition:
+                _insert_before_blank(out, f"ConditionPathExists={condition}")
+            section = line
+        elif section == "[Unit]" and line.startswith("ConditionPathExists="):
+            continue
+        elif section == "[Service]":
+            if line.startswith("ExecStart="):
+                out.append(exec_line)
+                out.append("Restart=on-failure")
+                out.append("RestartSec=2")
+                continue
+            if line.startswith(("Restart=", "RestartSec=")):
+                continue
+            if line.startswith("EnvironmentFile=") and not keep_env:
+                continue
+        out.append(raw.rstrip())
+    if section == "[Unit]" and condition:
+        out.append(f"ConditionPathExists={condition}")
+    text = "\n".join(out).rstrip("\n") + "\n"
+    if exec_line not in text:
+        raise LayerError(f"the stock {daemon}.service has no ExecStart line")
+    return text
+
+
+def _insert_before_blank(out: list[str], line: str) -> None:
+    i = len(out)
+    while i > 0 and not out[i - 1].strip():
+        i -= 1
+    out.insert(i, line)
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _stock_unit(root: Path, daemon: str) -> str:
+    for d in ("/usr/lib/systemd/system", "/lib/systemd/system"):
+        found = resolve_in_root(root, f"{d}/{daemon}.service")
+        if found is not None and found.is_file():
+            return found.read_text()
+    return FALLBACK_UNIT.format(daemon=daemon, what=daemon)
+
+
+def _sbin(root: Path, name: str) -> str | None:
+    for d in ("/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+        found = resolve_in_root(root, f"{d}/{name}")
+        if found is not None and found.is_file():
+            return f"{d}/{name}"
+    return None
+
+
+def mask_units(root: Path) -> None:
+    units = root / "etc/systemd/system"
+    units.mkdir(parents=True, exist_ok=True)
+    for unit in MASKED:
+        link = units / unit
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to("/dev/null")
+    for rel in UNWANTED_LINKS:
+        (units / rel).unlink(missing_ok=True)
+
+
+def slurm_prefix(root: Path) -> None:
+    """``/opt/slurm/{bin,sbin}`` -> Debian's binaries; ``/opt/slurm/etc`` real, ``/etc/slurm`` -> it."""
+    opt = root / "opt/slurm"
+    for sub in ("bin", "sbin", "etc"):
+        (opt / sub).mkdir(parents=True, exist_ok=True)
+    for names, sub in ((SLURM_CLIENTS, "bin"), (SLURM_DAEMONS, "sbin")):
+        for name in names:
+            target = _sbin(root, name)
+            link = opt / sub / name
+            if link.is_symlink():
+                link.unlink()
+            if target is not None:
+                link.symlink_to(target)
+    etc_slurm = root / "etc/slurm"
+    if etc_slurm.is_symlink():
+        etc_slurm.unlink()
+    elif etc_slurm.is_dir():
+        for entry in sorted(etc_slurm.iterdir()):
+            dest = opt / "etc" / entry.name
+            if not os.path.lexists(dest):
+                shutil.move(str(entry), dest)
+        shutil.rmtree(etc_slurm)
+    etc_slurm.symlink_to("/opt/slurm/etc")
+    (root / "var/log/slurm").mkdir(parents=True, exist_ok=True)
+
+
+def slurm_units(root: Path) -> None:
+    units = root / "etc/systemd/system"
+    _write(units / "slurmd.service", render_unit(_stock_unit(root, "slurmd"), daemon="slurmd",
+                                                 args="${SLURMD_OPTIONS}", condition=None, keep_env=False))
+    _write(units / "slurmctld.service", render_unit(
+        _stock_unit(root, "slurmctld"), daemon="slurmctld", args=f"-f {SLURM_CONF} $SLURMCTLD_OPTIONS",
+        condition=SLURM_CONF, keep_env=True))
+    if _sbin(root, "slurmdbd"):
+        _write(units / "slurmdbd.service", render_unit(
+            _stock_unit(root, "slurmdbd"), daemon="slurmdbd", args="$SLURMDBD_OPTIONS",
+            condition="/opt/slurm/etc/slurmdbd.conf", keep_env=True))
+    _write(units / "munge.service.d/slurmpod.conf", MUNGE_DROPIN)
+    _write(units / "ssh.service.d/slurmpod.conf", SSH_DROPIN)
+
+
+def per_node_files(root: Path) -> None:
+    """Nothing that must differ between nodes (or betray the build host) stays in the image."""
+    (root / "etc/munge/munge.key").unlink(missing_ok=True)
+    ssh = root / "etc/ssh"
+    if ssh.is_dir():
+        for key in ssh.glob("ssh_host_*_key*"):
+            key.unlink()
+    _write(root / "etc/machine-id", "", 0o444)
+    _write(root / "etc/hostname", "localhost\n")
+    _write(root / "etc/hosts", HOSTS)
+    resolv = root / "etc/resolv.conf"
+    if not resolv.is_symlink():
+        _write(resolv, "")
+    _write(root / "etc/systemd/journald.conf.d/slurmpod.conf", JOURNALD)
+    for cache in (root / "var/cache/apt").glob("*.bin"):
+        cache.unlink()
+
+
+def contract_dirs(root: Path) -> None:
+    for rel in ("opt/sagemaker_cluster", "opt/ml/config", "var/log/provision", "etc/slurmpod"):
+        (root / rel).mkdir(parents=True, exist_ok=True)
+        (root / rel).chmod(0o755)
+
+
+def ubuntu_user(root: Path, chroot: Chroot) -> None:
+    """``ubuntu`` uid/gid 1000, bash, in group sudo, passwordless sudo (validated by the image's visudo)."""
+    passwd = (root / "etc/passwd").read_text()
+    entry = next((line.split(":") for line in passwd.splitlines() if line.startswith("ubuntu:")), None)
+    if entry is not None and entry[2] != str(UBUNTU_UID):
+        raise LayerError(f"the image has user ubuntu with uid {entry[2]}, not {UBUNTU_UID}")
+    if entry is None:
+        taken = next((line.split(":")[0] for line in passwd.splitlines()
+                      if line.count(":") >= 3 and line.split(":")[2] == str(UBUNTU_UID)), None)
+        if taken:
+            raise LayerError(f"uid {UBUNTU_UID} is taken by user {taken} in the image; user ubuntu needs it")
+        groups = (root / "etc/group").read_text()
+        if not any(line.startswith("ubuntu:") for line in groups.splitlines()):
+            chroot(["groupadd", "-g", str(UBUNTU_UID), "ubuntu"])
+        extra = ["-G", "sudo"] if any(line.startswith("sudo:") for line in groups.splitlines()) else []
+        chroot(["useradd", "-m", "-u", str(UBUNTU_UID), "-g", "ubuntu", *extra, "-s", "/bin/bash",
+                "-c", "Ubuntu", "ubuntu"])
+    sudoers = root / "etc/sudoers.d/90-ubuntu"
+    _write(sudoers, SUDOERS, 0o440)
+    chroot(["visudo", "-c", "-q", "-f", "/etc/sudoers.d/90-ubuntu"])
+
+
+def mark_updated(root: Path) -> None:
+    """``/etc/.updated`` and ``/var/.updated`` as systemd-update-done writes them: not older than ``/usr``."""
+    usr = os.lstat(root / "usr")
+    for d in ("etc", "var"):
+        path = root / d / ".updated"
+        _write(path, "# This file was created by slurmpod's node layer (as systemd-update-done would).\n"
+                     f"TIMESTAMP_NSEC={usr.st_mtime_ns}\n")
+        os.utime(path, ns=(usr.st_mtime_ns, usr.st_mtime_ns), follow_symlinks=False)
+
+
+def apply_node_layer(root: Path, chroot: Chroot) -> None:
+    """Applies the whole layer to the tree at ``root``; ``chroot`` runs the steps that need the image's tools."""
+    mask_units(root)
+    slurm_prefix(root)
+    slurm_units(root)
+    per_node_files(root)
+    contract_dirs(root)
+    ubuntu_user(root, chroot)
+    mark_updated(root)  # last: nothing may touch /usr after it
