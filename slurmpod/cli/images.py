@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -81,14 +80,6 @@ def _mib(size: int) -> str:
     return f"{size / 2**20:.0f} MiB" if size else "-"
 
 
-def _image_of(manifest: Any, root: Path) -> Any:
-    from slurmpod.lifecycle.images import Image
-
-    return Image(image_id=manifest.id, release=manifest.release, root=str(root), description=manifest.description,
-                 created=manifest.created, suite=manifest.suite, slurm_version=manifest.slurm_version,
-                 size=manifest.size, digest=manifest.digest, kind="rootfs")
-
-
 def cmd_images(args: argparse.Namespace) -> int:
     from slurmpod.lifecycle.imagebuild import BuildError
     from slurmpod.lifecycle.images import ImageError
@@ -149,33 +140,20 @@ def _make(args: argparse.Namespace, images: Any, catalog: Any) -> int:
         print(f"stored {manifest.id} ({manifest.suite}, Slurm {manifest.slurm_version}, {_mib(manifest.size)}) "
               f"in {where}")
         return 0
-    image = catalog.register(_image_of(manifest, images.rootfs(manifest.id)))
-    images.add_ref(manifest.id, Path(args.state_dir))
+    image = catalog.adopt(images, manifest.id, Path(args.state_dir))
     print(f"registered {image.image_id} release {image.release} ({manifest.suite}, Slurm {manifest.slurm_version}, "
           f"{_mib(manifest.size)}) from {where}")
     return 0
 
 
 def _with_catalog(args: argparse.Namespace, images: Any, store: Any) -> int:
-    from slurmpod.lifecycle.images import END_OF_LIFE, SECURITY_UPDATE_REQUIRED, ImageCatalog, ImageError, image_users
-    from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
-
+    from slurmpod.lifecycle.images import END_OF_LIFE, SECURITY_UPDATE_REQUIRED, ImageCatalog, image_users
     catalog = ImageCatalog(store)
     command = args.images_command
     if command in ("build", "import"):
         return _make(args, images, catalog)
     if command == "register":
-        manifest = images.default(RECIPE_VERSION, "bookworm") if args.image_id == "default" else \
-            images.get(args.image_id)
-        if manifest is None:
-            raise ImageError(f"Image {args.image_id} is not in the image store {images.root}"
-                             + (" (scripts/install.sh builds the default image)" if args.image_id == "default"
-                                else ""))
-        release = catalog.free_release(args.release) if args.release else manifest.release
-        if catalog.get(manifest.id) is None and any(i.release == release for i in catalog.releases()):
-            release = catalog.next_release()
-        image = catalog.register(_image_of(replace(manifest, release=release), images.rootfs(manifest.id)))
-        images.add_ref(manifest.id, Path(args.state_dir))
+        image = catalog.adopt(images, args.image_id, Path(args.state_dir), args.release)
         print(f"registered {image.image_id} release {image.release}")
         return 0
     if command == "delete":

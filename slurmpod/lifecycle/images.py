@@ -19,7 +19,11 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any, Protocol
+
+from slurmpod.lifecycle.imagestore import ImageStore, Manifest
+from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
 
 CURRENT = "Current"
 SECURITY_UPDATE_REQUIRED = "SecurityUpdateRequired"
@@ -47,6 +51,11 @@ class Image:
         """Tolerant loading of a settings row: missing fields take their defaults, unknown ones are dropped."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
+
+    @classmethod
+    def from_manifest(cls, m: Manifest, root: Path) -> Image:
+        return cls(image_id=m.id, release=m.release, root=str(root), description=m.description, created=m.created,
+                   suite=m.suite, slurm_version=m.slurm_version, size=m.size, digest=m.digest, kind="rootfs")
 
 
 BUILTIN = Image(
@@ -177,6 +186,21 @@ class ImageCatalog:
             image = Image.from_dict({**asdict(image), "release": self.next_release()})
         self._save([*images, image])
         return image
+
+    def adopt(self, images: ImageStore, image_id: str, state_dir: Path, release: str | None = None) -> Image:
+        """Registers an image of the host-wide store (``default``: the store's default bookworm image of the
+        current recipe, the one scripts/install.sh builds) in this catalogue, and records the reference."""
+        m = images.default(RECIPE_VERSION, "bookworm") if image_id == "default" else images.get(image_id)
+        if m is None:
+            hint = " (scripts/install.sh builds the default image)" if image_id == "default" else ""
+            raise ImageError(f"Image {image_id} is not in the image store {images.root}{hint}.")
+        registered = self.get(m.id)
+        if registered is None:  # the manifest's release, or the next free one when this catalogue has it
+            version = self.free_release(release) if release else m.release
+            image = Image.from_manifest(m, images.rootfs(m.id))
+            registered = self.register(Image.from_dict({**asdict(image), "release": version}))
+        images.add_ref(m.id, state_dir)
+        return registered
 
     def remove(self, image_id: str, users: Mapping[str, list[str]]) -> Image:
         """Drops an image from the catalogue: refused for the built-in image, for an unknown id, and while

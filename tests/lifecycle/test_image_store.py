@@ -333,3 +333,47 @@ def test_cli_publish_keeps_working(tmp_path: Path) -> None:
     assert r.returncode == 0 and "release 1.0.1" in r.stdout, r.stderr
     listed = _cli(tmp_path, "list")
     assert "1.0.1" in listed.stdout and "(default, latest)" in listed.stdout
+
+
+def _stored(store: ImageStore, **kw: object) -> Manifest:
+    with store.staging() as stage:
+        stage.rootfs.mkdir()
+        return store.commit(stage, manifest(**kw))
+
+
+def test_adopt_the_default_image(tmp_path: Path) -> None:
+    from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
+
+    store = ImageStore(tmp_path / "images")
+    cat = ImageCatalog(Settings())
+    with pytest.raises(ImageError, match="install.sh builds the default image"):
+        cat.adopt(store, "default", tmp_path)
+    store.set_default(_stored(store, recipe=RECIPE_VERSION))
+    image = cat.adopt(store, "default", tmp_path)
+    assert (image.image_id, image.kind, image.root) == (AMI, "rootfs", str(store.rootfs(AMI)))
+    assert (image.suite, image.slurm_version, image.release) == ("bookworm", "22.05.8", "1.0.1")
+    assert cat.adopt(store, AMI, tmp_path) == image and cat.latest() == image
+    assert store.live_refs(AMI) == [str(tmp_path)]
+
+
+def test_cli_register_and_delete_shared_files(tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "images")
+    _stored(store)
+    env = {**os.environ, "SLURMPOD_IMAGE_STORE": str(store.root)}
+
+    def cli(state: str, *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "slurmpod.cli", "images", *argv, "--state-dir",
+                               str(tmp_path / state)], cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
+
+    for state in ("a", "b"):
+        (tmp_path / state).mkdir()
+        r = cli(state, "register", AMI)
+        assert r.returncode == 0 and f"registered {AMI} release 1.0.1" in r.stdout, r.stderr
+    listed = cli("a", "list")
+    assert "rootfs  bookworm  22.05.8" in listed.stdout and "1 MiB" in listed.stdout, listed.stdout
+    r = cli("a", "delete", AMI)
+    assert r.returncode == 0 and f"also registered by {tmp_path / 'b'}" in r.stdout, r.stdout + r.stderr
+    assert store.get(AMI) is not None
+    r = cli("b", "delete", AMI)
+    assert r.returncode == 0 and "removed" in r.stdout and store.get(AMI) is None
+    assert cli("b", "list", "--store").stdout.count("ami-") == 0

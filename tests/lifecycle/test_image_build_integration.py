@@ -1,0 +1,102 @@
+"""A real image, checked for the node layer: the default image ``scripts/install.sh`` built into the host-wide
+image store (reused, never rebuilt here), or, when there is none, ONE build of it into a temporary store with
+the warm apt cache. Plus a real mmdebstrap run that stops at a package that does not exist."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurmpod.lifecycle.imagebuild import BuildRequest, build_image
+from slurmpod.lifecycle.imagestore import ImageStore, Manifest
+from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
+from slurmpod.lifecycle.rootfs import scan_tree
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    if shutil.which("mmdebstrap") is None:
+        pytest.skip("needs mmdebstrap (scripts/install.sh installs it)")
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ImageStore, Manifest]]:
+    _needs_root()
+    shared = ImageStore()
+    found = shared.default(RECIPE_VERSION, "bookworm")
+    if found is not None:
+        yield shared, found
+        return
+    store = ImageStore(tmp_path_factory.mktemp("images") / "store")
+    try:
+        yield store, build_image(store, BuildRequest(description="integration test"), print)
+    finally:
+        shutil.rmtree(store.root, ignore_errors=True)
+
+
+def _chroot(root: Path, *argv: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True, timeout=60, check=True,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **(env or {})})
+    return done.stdout
+
+
+def test_image_has_the_node_layer(image: tuple[ImageStore, Manifest]) -> None:
+    store, m = image
+    root = store.rootfs(m.id)
+    assert m.slurm_version.startswith("22.05") and m.suite == "bookworm" and m.recipe == RECIPE_VERSION
+    assert m.size > 100 * 2**20 and m.id.startswith("ami-") and len(m.id) == 21
+    assert store.image_dir(m.id).stat().st_mode & 0o777 == 0o555
+    # ubuntu uid/gid 1000, bash, passwordless sudo accepted by the image's own sudo
+    ubuntu = next(line for line in (root / "etc/passwd").read_text().splitlines() if line.startswith("ubuntu:"))
+    assert ubuntu.split(":")[2:4] == ["1000", "1000"] and ubuntu.endswith(":/bin/bash")
+    sudoers = root / "etc/sudoers.d/90-ubuntu"
+    assert "NOPASSWD:ALL" in sudoers.read_text() and sudoers.stat().st_mode & 0o777 == 0o440
+    _chroot(root, "visudo", "-c", "-q")
+    # Slurm under /opt/slurm; Debian's default config path lands there
+    assert (root / "opt/slurm/etc").is_dir() and not (root / "opt/slurm/etc").is_symlink()
+    assert os.readlink(root / "etc/slurm") == "/opt/slurm/etc"
+    for rel in ("opt/slurm/sbin/slurmd", "opt/slurm/sbin/slurmctld", "opt/slurm/bin/sinfo", "opt/slurm/bin/sdiag"):
+        assert (root / "usr" / os.readlink(root / rel).split("/usr/", 1)[1]).is_file(), rel
+    unit = (root / "etc/systemd/system/slurmd.service").read_text()
+    assert "ExecStart=/opt/slurm/sbin/slurmd -D -s ${SLURMD_OPTIONS}" in unit and "Restart=on-failure" in unit
+    assert "PIDFile=/run/slurmd.pid" in unit  # from Debian's stock unit
+    rendered = subprocess.run(["chroot", str(root), "envsubst"], input=unit, capture_output=True, text=True,
+                              timeout=30, check=True, env={"PATH": "/usr/bin:/bin",
+                                                           "SLURMD_OPTIONS": "--conf-server 10.1.0.2"}).stdout
+    assert "ExecStart=/opt/slurm/sbin/slurmd -D -s --conf-server 10.1.0.2" in rendered  # AWS's start_slurm.sh way
+    ctld = (root / "etc/systemd/system/slurmctld.service").read_text()
+    assert "ExecStart=/opt/slurm/sbin/slurmctld -D -s -f /opt/slurm/etc/slurm.conf" in ctld
+    assert not (root / "etc/systemd/system/multi-user.target.wants/slurmd.service").exists()
+    assert not (root / "etc/systemd/system/multi-user.target.wants/mariadb.service").exists()
+    # per-node bits are not in the image
+    assert not (root / "etc/munge/munge.key").exists()
+    assert not list((root / "etc/ssh").glob("ssh_host_*"))
+    assert (root / "etc/machine-id").read_text() == ""
+    for rel in ("opt/sagemaker_cluster", "opt/ml/config", "var/log/provision", "etc/.updated", "var/.updated"):
+        assert (root / rel).exists(), rel
+    # content-addressed and unchanged since it was stored
+    assert scan_tree(root).digest == m.digest
+
+
+def test_build_of_a_package_that_does_not_exist(tmp_path: Path) -> None:
+    _needs_root()
+    env = {**os.environ, "SLURMPOD_IMAGE_STORE": str(tmp_path / "images"), "SLURMPOD_APT_CACHE": str(tmp_path / "c")}
+    r = subprocess.run([sys.executable, "-m", "slurmpod.cli", "images", "build", "--packages",
+                        "slurmpod-no-such-package", "--state-dir", str(tmp_path / "state")],
+                       cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr
+    assert r.stderr.strip() == ("slurmpod: images build: no such package in bookworm: slurmpod-no-such-package")
+    assert [p.name for p in (tmp_path / "images").iterdir()] == []
+    listed = subprocess.run([sys.executable, "-m", "slurmpod.cli", "images", "list", "--state-dir",
+                             str(tmp_path / "state")], cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
+    assert listed.stdout.count("ami-") == 1
