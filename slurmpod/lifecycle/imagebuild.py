@@ -60,7 +60,7 @@ PHASES = (  # mmdebstrap's message -> our phase line
     ("downloading packages", "downloading: packages into {cache}"),
     ("extracting archives", "unpacking: essential packages"),
     ("installing essential packages", "configuring: essential packages"),
-    ("installing remaining packages", "configuring: {count} packages (dpkg; most of the build)"),
+    ("installing remaining packages", "configuring: {count} requested packages and their dependencies (dpkg)"),
 )
 
 Progress = Callable[[str], None]

@@ -46,6 +46,8 @@ def import_image(store: ImageStore, source: Path, progress: Progress, *, release
                  ) -> Manifest:
     source = Path(source)
     if source.is_dir():
+        if store.root.resolve().is_relative_to(source.resolve()):
+            raise BuildError(f"{source}: contains the image store {store.root}; import a copy of the tree", 2)
         _check(source, source)  # before anything is created
     elif not source.is_file():
         raise BuildError(f"{source}: no such file or directory", 2)
@@ -56,7 +58,8 @@ def import_image(store: ImageStore, source: Path, progress: Progress, *, release
                 stage.rootfs.mkdir()
                 if source.is_dir():
                     progress(f"copying: {source}")
-                    _copy(["cp", "-a", "--", f"{source}/.", str(stage.rootfs)], f"copying {source}")
+                    _copy(["cp", "-a", "--one-file-system", "--", f"{source}/.", str(stage.rootfs)],
+                          f"copying {source}")
                 else:
                     progress(f"extracting: {source}")
                     _copy(["tar", "-x", "-f", str(source), "-C", str(stage.rootfs), "--numeric-owner",

@@ -377,3 +377,11 @@ def test_cli_register_and_delete_shared_files(tmp_path: Path) -> None:
     r = cli("b", "delete", AMI)
     assert r.returncode == 0 and "removed" in r.stdout and store.get(AMI) is None
     assert cli("b", "list", "--store").stdout.count("ami-") == 0
+
+
+def test_import_refuses_a_tree_holding_the_store(tmp_path: Path) -> None:
+    from slurmpod.lifecycle.imageimport import import_image
+
+    with pytest.raises(BuildError, match="contains the image store") as e:
+        import_image(ImageStore(tmp_path / "var/images"), tmp_path, print, release="1.0.1")
+    assert e.value.code == 2 and not (tmp_path / "var/images").exists()
