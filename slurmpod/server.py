@@ -39,11 +39,24 @@ class Server:
     app: Starlette
 
     def start(self) -> None:
+        self._node_services("start_services")
         self.reconciler.start()
 
     def stop(self) -> None:
         self.reconciler.stop()
+        self._node_services("close")
         self.store.close()
+
+    def _node_services(self, method: str) -> None:
+        """Host-side services of the nodes (the local provider's package proxy): started with the server,
+        stopped after the reconciler. The local provider may sit inside an ssh ``PooledProvider``."""
+        provider = getattr(self.runtime, "provider", None)
+        call = getattr(getattr(provider, "local", provider), method, None)
+        if callable(call):
+            try:
+                call()
+            except Exception:
+                log.exception("node services: %s failed", method)
 
 
 def confine_file_sources(snapshotter: Snapshotter, state_dir: Path) -> Snapshotter:

@@ -13,6 +13,7 @@ SIGKILL to whatever is left (holders first: that ends their whole PID namespace)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from pathlib import Path
 from slurmpod.providers.local.commands import host_run
 from slurmpod.providers.local.layout import NETNS_PREFIX, Layout, link_alias
 from slurmpod.providers.local.netns import netns_inode
+from slurmpod.providers.local.pkgproxy import PackageProxy, PackageProxyError
 from slurmpod.providers.local.procscan import NodeProcess, NodeRef, ProcFS, alive, scan_processes
 from slurmpod.providers.local.state import InstanceRecord, read_json, write_json
 
@@ -43,11 +45,13 @@ class Leftovers:
     links: list[str] = field(default_factory=list)
     mounts: list[str] = field(default_factory=list)
     dirs: list[Path] = field(default_factory=list)
+    proxy: str = ""  # the state dir's package proxy, when it runs (pkgproxy.py)
 
     def describe(self) -> list[str]:
         return ([p.describe() for p in self.processes]
                 + [f"netns {n}" for n in self.netns] + [f"link {name}" for name in self.links]
-                + [f"mount {m}" for m in self.mounts] + [f"dir {d}" for d in self.dirs])
+                + [f"mount {m}" for m in self.mounts] + [f"dir {d}" for d in self.dirs]
+                + ([self.proxy] if self.proxy else []))
 
 
 def _records(layout: Layout) -> list[InstanceRecord]:
@@ -95,6 +99,9 @@ def _scan(state_dir: Path, proc: ProcFS | None = None,
     ns_inodes = {ino: _netns_ref(n, by_netns) for n in ours if (ino := inode_of(n))}
 
     found.processes = scan_processes(state_dir, proc, ns_inodes, recs)
+    proxy_pid, proxy_bound = PackageProxy(state_dir).status()
+    if proxy_pid:
+        found.proxy = f"package proxy: apt-cacher-ng {proxy_pid} on {' '.join(proxy_bound) or '?'}"
 
     # a netns without record or alias (eth0 not configured yet) that a holder of ours is in
     proc = proc or ProcFS()
@@ -266,6 +273,8 @@ def cleanup_report(state_dir: Path, *, dry_run: bool = False, grace: float = TER
         surviving = {p.pid for p in report.survivors}
         report.ended = [(p, h) for p, h in report.ended if p.pid not in surviving]
 
+    with contextlib.suppress(PackageProxyError):  # a survivor shows in ``remaining``
+        PackageProxy(state_dir).reset()  # stops it (ours only, by PID) and forgets the bridges; the cache stays
     for mnt in sorted(found.mounts, key=lambda m: (m.count("/"), len(m)), reverse=True):
         if mnt.startswith("/run/netns/"):
             continue  # `ip netns del` below

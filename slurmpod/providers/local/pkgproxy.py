@@ -297,6 +297,8 @@ class PackageProxy:
 
     def close(self) -> None:
         """Stops the process (ours only); the address list stays for ``resume``."""
+        if not self._exists():
+            return
         with self._locked() as rec:
             pid = self._running(rec)
             if pid:
@@ -305,6 +307,8 @@ class PackageProxy:
 
     def reset(self) -> None:
         """``close`` and forget every address (the state dir's clusters are gone)."""
+        if not self._exists():
+            return
         with self._locked() as rec:
             pid = self._running(rec)
             if pid:
@@ -312,12 +316,18 @@ class PackageProxy:
             rec.pid, rec.start, rec.bound, rec.addresses = 0, "", [], []
 
     def status(self) -> tuple[int, list[str]]:
-        """(PID, addresses it listens on) of the running proxy, or (0, [])."""
+        """(PID, addresses it listens on) of the running proxy, or (0, []). Creates nothing."""
+        if not self._exists():
+            return 0, []
         with self._locked() as rec:
             pid = self._running(rec)
             return (pid, list(rec.bound)) if pid else (0, [])
 
     # ---- internals
+
+    def _exists(self) -> bool:
+        """This state dir ever had a proxy (``close``/``reset``/``status`` create nothing otherwise)."""
+        return self.paths.record.exists() or self.paths.pid_file.exists()
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[_Record]:
@@ -327,7 +337,7 @@ class PackageProxy:
             rec = _Record(**{k: v for k, v in data.items() if k in _Record.__dataclass_fields__})
             before = asdict(rec)
             yield rec
-            if asdict(rec) != before or not self.paths.record.exists():
+            if asdict(rec) != before:
                 write_json(self.paths.record, asdict(rec))
 
     def _ours(self, pid: int, start: str | None = None) -> bool:
