@@ -53,7 +53,7 @@ def _store_only(fn: Callable[[Context, ClusterRecord, Any], ClusterRecord]) -> D
 
 
 def _remove(rec: Reconciler, cluster: ClusterRecord, action: p.RemoveNode, obs: p.Observation) -> None:
-    node = next((n for n in obs.nodes if n.instance_id == action.instance_id), None)
+    node = obs.node(action.instance_id)
     if node is None or node.instance_id in obs.busy:
         return
     apply.mark_removing(rec.ctx, cluster, node, action.reason)

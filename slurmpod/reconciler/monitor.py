@@ -51,6 +51,7 @@ class HealthMonitor:
         self._lock = threading.Lock()
         self._suspects: dict[str, frozenset[str]] = {}
         self._leak_suspects: dict[str, frozenset[str]] = {}
+        self._last_leak_check: dict[str, float] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.checks = 0  # completed observations (tests)
@@ -97,8 +98,14 @@ class HealthMonitor:
         if cluster is None or cluster.status not in WATCHED:
             self._suspects.pop(cluster_id, None)
             self._leak_suspects.pop(cluster_id, None)
+            self._last_leak_check.pop(cluster_id, None)
             return None
         t0 = time.monotonic()
+        if cluster.status != ClusterStatus.IN_SERVICE:
+            # only the leak guard applies (two sightings apart): no need to read every node every interval
+            if t0 - self._last_leak_check.get(cluster_id, 0.0) < self.ctx.timeouts.leak_interval / 2:
+                return None
+            self._last_leak_check[cluster_id] = t0
         report = observe(self.ctx, cluster)
         took = time.monotonic() - t0
         if took > self.ctx.timeouts.health_observe:

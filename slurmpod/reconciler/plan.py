@@ -88,6 +88,14 @@ class Observation:
     desired_topology: str  # digest of the slurm.conf the current spec needs
     min_count_timeout: float = DEFAULT_MIN_COUNT_TIMEOUT
 
+    def node(self, instance_id: str) -> NodeRecord | None:
+        """The observed node by id (an index built on first use: appliers look nodes up per action)."""
+        index = self.__dict__.get("_by_id")
+        if index is None:
+            index = {n.instance_id: n for n in self.nodes}
+            object.__setattr__(self, "_by_id", index)
+        return index.get(instance_id)
+
 
 def may_start_daemons(cluster: ClusterRecord, group: str, nodes: Sequence[NodeRecord], desired_topology: str) -> bool:
     """Whether a node may enter its ``daemons`` phase: controllers always; other nodes once a controller runs

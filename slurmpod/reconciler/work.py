@@ -52,6 +52,7 @@ class Timeouts:
     drain_poll: float = 2.0  # how often a parked drain wait looks at the node's jobs again
     health_interval: float = 5.0
     health_observe: float = 120.0  # one cluster's health observation longer than this is reported
+    leak_interval: float = 30.0  # clusters not InService are looked at for leaked instances this often
 
 
 class WorkPool:

@@ -3,8 +3,9 @@
 A node leaving a cluster that stays (scale-down, BatchDelete, replacement, a deleted group) is drained first;
 while it still runs jobs the removal is parked and looked at again each pass, for as long as a software update's
 drain may take (``Timeouts.drain``). Jobs still running then are ended, and an event names them: removal never
-ends a job silently. A dead instance, a cluster being deleted and a failed creation being released do not
-wait. The record is deleted only after the provider terminated the instance.
+ends a job silently. A dead instance (its jobs died with it), a cluster being deleted (DeleteCluster ends all
+of its jobs) and a failed creation being released do not wait. The record is deleted only after the provider
+terminated the instance.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 from dataclasses import replace
 
 from slurmpod.domain import events as ev
-from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord
 from slurmpod.domain.status import ClusterStatus
 from slurmpod.domain.transitions import cluster_to
 from slurmpod.reconciler import plan as p
@@ -24,12 +25,11 @@ log = logging.getLogger("slurmpod.reconciler")
 DRAIN_REASON = "slurmpod: removing"
 
 
-def _waits_for_jobs(ctx: Context, cluster: ClusterRecord, node: NodeRecord) -> bool:
+def _cluster_stays(cluster: ClusterRecord) -> bool:
+    """Whether the node leaves a cluster that keeps running (its jobs are worth waiting for)."""
     if cluster.status == ClusterStatus.DELETING:
         return False
-    if cluster.status == ClusterStatus.ROLLING_BACK and cluster.last_good_spec is None:
-        return False  # a failed creation is released at once
-    return bool(ctx.runtime.alive(cluster).get(node.instance_id, False))
+    return not (cluster.status == ClusterStatus.ROLLING_BACK and cluster.last_good_spec is None)
 
 
 def remove(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
@@ -39,10 +39,12 @@ def remove(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
         return None
     rt = ctx.runtime
     step = node.data.get("remove_step")
-    if step is None and "daemons" in node.phases and _waits_for_jobs(ctx, cluster, node):
+    stays = _cluster_stays(cluster)
+    if step is None and stays and "daemons" in node.phases:
         nodes = ctx.store.list_nodes(cluster_id)
         jobs = list(rt.running_jobs(cluster, node, nodes))
-        if jobs:
+        # a dead instance's jobs are gone with it: only a live node is worth waiting for
+        if jobs and rt.alive(cluster).get(instance_id, False):
             rt.drain(cluster, node, nodes, DRAIN_REASON)
             node = ctx.save_node(
                 replace(node, data={**node.data, "remove_step": "wait", "wait_started": ctx.clock.now()}),
@@ -50,8 +52,7 @@ def remove(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
             step = "wait"
     if step == "wait" and not ctx.stopping.is_set():
         nodes = ctx.store.list_nodes(cluster_id)
-        alive = rt.alive(cluster).get(instance_id, False)
-        if alive and cluster.status != ClusterStatus.DELETING and not rt.jobs_done(cluster, node, nodes):
+        if stays and not rt.jobs_done(cluster, node, nodes) and rt.alive(cluster).get(instance_id, False):
             deadline = float(node.data.get("wait_started") or ctx.clock.now()) + ctx.timeouts.drain
             if ctx.clock.now() < deadline:
                 return Park(ctx.timeouts.drain_poll)
@@ -59,12 +60,6 @@ def remove(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
             ctx.add_events(cluster, ev.drain_timed_out(node.group, instance_id, jobs, ctx.timeouts.drain,
                                                        removal=True))
             log.warning("node %s: removal ends jobs %s after %.0f s", instance_id, jobs, ctx.timeouts.drain)
-    elif step is None and "daemons" in node.phases:
-        jobs = list(rt.running_jobs(cluster, node, ctx.store.list_nodes(cluster_id))) \
-            if rt.alive(cluster).get(instance_id, False) else []
-        if jobs:
-            why = "the cluster is deleted" if cluster.status == ClusterStatus.DELETING else "its creation failed"
-            ctx.add_events(cluster, ev.removed_with_jobs(node.group, instance_id, jobs, why))
     rt.remove_node(cluster, node, ctx.store.node_view(cluster_id))  # node_view: read only if looked at
     ctx.store.delete_node(instance_id)
     log.info("node %s (%s): ShuttingDown -> terminated", instance_id, node.group)
