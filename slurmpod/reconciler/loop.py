@@ -29,7 +29,7 @@ from slurmpod.reconciler.monitor import HealthMonitor
 from slurmpod.reconciler.runtime import ClusterRuntime
 from slurmpod.reconciler.work import Context, ImageLookup, Timeouts, WorkPool
 from slurmpod.reconciler.workers import boot, nodeops, removal, topology, update
-from slurmpod.store.sql import SqlStore
+from slurmpod.store.protocol import Store
 
 log = logging.getLogger("slurmpod.reconciler")
 
@@ -95,7 +95,7 @@ DISPATCH: dict[type, Dispatch] = {
 class Reconciler:
     def __init__(
         self,
-        store: SqlStore,
+        store: Store,
         runtime: ClusterRuntime,
         clock: Clock,
         *,

@@ -23,7 +23,7 @@ from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
 from slurmpod.errors import VersionConflict
 from slurmpod.notify import Notifier
 from slurmpod.reconciler.runtime import ClusterRuntime
-from slurmpod.store.sql import SqlStore
+from slurmpod.store.protocol import Store
 
 log = logging.getLogger("slurmpod.reconciler")
 
@@ -119,7 +119,7 @@ class WorkPool:
 class Context:
     """What appliers, workers and the health monitor need; built once by the ``Reconciler``."""
 
-    store: SqlStore
+    store: Store
     runtime: ClusterRuntime
     clock: Clock
     image_lookup: ImageLookup
