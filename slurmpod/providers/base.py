@@ -82,6 +82,10 @@ class InstanceRequest:
     #: the address to give the instance if the provider can (a replaced controller keeps its address); a hint:
     #: a provider that cannot honour it allocates as usual
     address: str | None = None
+    #: instance metadata the provider cannot know, served by its IMDS where it has one (local provider):
+    #: ``region`` (default us-east-1), ``availability-zone`` (default <region>a), ``account-id``,
+    #: ``http-tokens`` (``optional`` = IMDSv1 and v2, the default; ``required`` = IMDSv2 only)
+    metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)

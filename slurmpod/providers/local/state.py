@@ -63,6 +63,7 @@ class InstanceRecord:
     mntns: str = ""
     boots: int = 0
     labels: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)  # InstanceRequest.metadata (IMDS: region, ...)
 
     @classmethod
     def load(cls, path: Path) -> InstanceRecord | None:
