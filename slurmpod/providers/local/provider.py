@@ -8,6 +8,7 @@ filesystem. Instances survive the slurmpod process; a new provider object re-ado
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import subprocess
@@ -21,15 +22,20 @@ from slurmpod.providers.base import (
     InstanceRequest,
     InsufficientCapacity,
     PermanentProviderError,
+    ProviderError,
     ProviderInstance,
     SetupError,
     TemporaryProviderError,
 )
 from slurmpod.providers.local import holder, netns
 from slurmpod.providers.local.commands import host_run
+from slurmpod.providers.local.imds import ImdsServer
+from slurmpod.providers.local.imds_source import http_tokens, record_metadata
 from slurmpod.providers.local.layout import Layout, bridge_name, link_alias, netns_name, veth_name
 from slurmpod.providers.local.runner import LocalRunner, nsenter_argv
 from slurmpod.providers.local.state import InstanceRecord, file_lock, read_json, rewrite_hosts, write_json
+
+log = logging.getLogger(__name__)
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _BAD_PATH_CHARS = re.compile(r"[\s,:=\\]")
@@ -58,6 +64,10 @@ class LocalProvider:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self.last_boot_seconds = 0.0  # duration of the most recent boot (network + holder + probe)
+        # IMDS at 169.254.169.254 in every node (imds.py); only the long-lived owner of the nodes (the server,
+        # through start_services) turns it on: short-lived users (connect, demo) must not take the listeners
+        self._imds_on = False
+        self._imds: ImdsServer | None = None
 
     # ------------------------------------------------------------------ clusters
 
@@ -142,11 +152,13 @@ class LocalProvider:
                     return self._describe(rec, True)
                 self._stop(rec)  # known but not running (e.g. crashed mid-launch): boot it again
                 self._boot(rec)
+                self._imds_attach(rec, required=False)
                 return self._describe(rec, True)
             self.prepare_cluster(request.cluster_id)
             rec = self._create_record(request)
             try:
                 self._boot(rec)
+                self._imds_attach(rec, required=True)
             except BaseException:
                 self._destroy(rec)
                 raise
@@ -174,6 +186,7 @@ class LocalProvider:
                 image_id=request.image_id, image_root=request.image_root,
                 volumes=[[v.name, v.path] for v in request.volumes], ip=ip, hostname=hostname_for_ip(ip),
                 netns=netns_name(cid, iid), veth=veth_name(ip), labels=dict(request.labels),
+                metadata=dict(request.metadata),
             )
             inst = self.layout.instance(cid, iid)
             for sub in ("upper", "work", "mnt"):
@@ -248,6 +261,7 @@ class LocalProvider:
 
     def _destroy(self, rec: InstanceRecord) -> None:
         """Everything of one instance: processes, namespaces, address, hosts line, root volume."""
+        self._imds_detach(rec.instance_id)
         self._stop(rec)
         netns.delete_instance_net(rec.netns, rec.veth)
         with file_lock(self.layout.lock):
@@ -265,6 +279,7 @@ class LocalProvider:
             rec = InstanceRecord.load(self._meta(cluster_id, instance_id))
             if rec is None:
                 # Unknown, or a launch that died before writing its record: remove what its name implies.
+                self._imds_detach(instance_id)
                 netns.delete_instance_net(netns_name(cluster_id, instance_id), "")
                 shutil.rmtree(self.layout.instance(cluster_id, instance_id), ignore_errors=True)
                 return
@@ -275,6 +290,7 @@ class LocalProvider:
             rec = self._require(cluster_id, instance_id)
             self._stop(rec)
             self._boot(rec)
+            self._imds_attach(rec, required=False)
             return self._describe(rec, True)
 
     def replace_root_volume(self, request: InstanceRequest) -> ProviderInstance:
@@ -288,7 +304,10 @@ class LocalProvider:
                 (inst / sub).mkdir(parents=True)
             rec.image_id, rec.image_root = request.image_id, request.image_root
             rec.volumes = [[v.name, v.path] for v in request.volumes]
+            if request.metadata:
+                rec.metadata = dict(request.metadata)
             self._boot(rec)
+            self._imds_attach(rec, required=False)
             return self._describe(rec, True)
 
     def list_instances(self, cluster_id: str) -> list[ProviderInstance]:
@@ -313,6 +332,55 @@ class LocalProvider:
             return rec.holder_pid
 
         return LocalRunner(resolve)
+
+    # ------------------------------------------------------------------ instance metadata (imds.py)
+
+    def _imds_attach(self, rec: InstanceRecord, *, required: bool) -> None:
+        """Serves the node's IMDS (idempotent). ``required``: a failure fails the launch; otherwise (a reboot,
+        a re-adoption) it is logged and the node runs without IMDS until its next attach."""
+        if not self._imds_on:
+            return
+        with self._guard:
+            if self._imds is None:
+                self._imds = ImdsServer()
+            server = self._imds
+        try:
+            server.attach(rec.instance_id, netns.netns_path(rec.netns),
+                          record_metadata(self._meta(rec.cluster_id, rec.instance_id), rec),
+                          http_tokens=http_tokens(rec))
+        except ProviderError as exc:
+            if required:
+                raise
+            log.warning("instance metadata unavailable in %s: %s", rec.instance_id, exc)
+
+    def _imds_detach(self, instance_id: str) -> None:
+        if self._imds is not None:
+            self._imds.detach(instance_id)
+
+    def start_imds(self) -> None:
+        """Serves IMDS from now on: in every live instance of the state dir (re-adoption after a server
+        restart) and in every instance launched, rebooted or given a new root volume later."""
+        self._imds_on = True
+        for meta in sorted(self.layout.clusters.glob("*/instances/*/meta.json")):
+            rec = InstanceRecord.load(meta)
+            if rec is not None and self._alive(rec):
+                self._imds_attach(rec, required=False)
+
+    def close_imds(self) -> None:
+        """Stops serving instance metadata (nodes keep running; ``start_imds`` serves them again)."""
+        self._imds_on = False
+        if self._imds is not None:
+            self._imds.close()
+
+    # ------------------------------------------------------------------ node services (server start/stop)
+
+    def start_services(self) -> None:
+        """Server start: the host-side services of the nodes."""
+        self.start_imds()  # instance metadata in every node (imds.py)
+
+    def close(self) -> None:
+        """Server stop: stops them (the nodes keep running; ``start_services`` serves them again)."""
+        self.close_imds()  # instance metadata (imds.py)
 
     # ------------------------------------------------------------------ helpers
 
