@@ -14,6 +14,7 @@ PKGS=(slurmctld slurmd slurm-client munge iproute2 util-linux procps iputils-pin
       slurmdbd mariadb-server  # accounting: run inside each cluster's accounting host, never on this host
       openssh-server  # ssh provider tests: sshd runs only inside test hosts (namespaces), never on this host
       postgresql python3 python3-venv python3-pip ca-certificates logrotate
+      apt-cacher-ng  # the nodes' package proxy: slurmpod runs its own, bound to the cluster bridges only
       chromium fonts-dejavu-core)  # chromium: the console's browser tests (Playwright drives /usr/bin/chromium)
 # a host sshd already serving this machine (e.g. your login) is left alone; one our install adds is not started
 host_sshd_preinstalled=no
@@ -29,12 +30,22 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # mariadb-server's postinst may start (and enable) a host MariaDB: slurmpod runs MariaDB only inside cluster
-# nodes, so stop and disable any host instance (harmless when none runs, e.g. under a policy-rc.d)
+# nodes, so stop and disable any host instance (harmless when none runs, e.g. under a policy-rc.d).
+# Likewise apt-cacher-ng: its Debian service would proxy for anyone on every interface (port 3142); slurmpod
+# runs its own per state dir, listening on the cluster bridges only (slurmpod/providers/local/pkgproxy.py)
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-  systemctl disable --now mariadb.service slurmdbd.service >/dev/null 2>&1 || true
+  systemctl disable --now mariadb.service slurmdbd.service apt-cacher-ng.service >/dev/null 2>&1 || true
 elif command -v update-rc.d >/dev/null 2>&1; then
-  for svc in mariadb slurmdbd; do update-rc.d "$svc" disable >/dev/null 2>&1 || true; done
+  for svc in mariadb slurmdbd apt-cacher-ng; do update-rc.d "$svc" disable >/dev/null 2>&1 || true; done
 fi
+# also offline (systemd not running now): a later boot under systemd must not start Debian's apt-cacher-ng
+if command -v systemctl >/dev/null 2>&1; then systemctl disable apt-cacher-ng.service >/dev/null 2>&1 || true; fi
+for pidf in /run/apt-cacher-ng/pid /var/run/apt-cacher-ng/pid; do
+  if [ -s "$pidf" ] && [ "$(cat "/proc/$(cat "$pidf")/comm" 2>/dev/null)" = apt-cacher-ng ]; then
+    pid=$(cat "$pidf"); kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+done
 if [ "$host_sshd_preinstalled" = no ]; then
   if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true

@@ -62,7 +62,11 @@ PORT = 3142
 ACNG = "/usr/sbin/apt-cacher-ng"
 #: Debian's stock backend for ``debrep`` is a mirror list that answered every request with HTTP 503
 DEBREP_REMAP = "file:deb_mirror*.gz /debian ; http://deb.debian.org/debian/"
+#: security.debian.org and its aliases are one cache, fetched from deb.debian.org (reachable where Debian is)
+SECDEB_REMAP = "security.debian.org security.debian.org/debian-security deb.debian.org/debian-security ; " \
+               "deb.debian.org/debian-security"
 PASS_THROUGH = r"^(pypi\.org|files\.pythonhosted\.org):443$"
+SUPPORT_DIR = "/usr/lib/apt-cacher-ng"
 IMDS_IP = "169.254.169.254"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 NODE_CA_BUNDLE = "/etc/slurmpod/ca-certificates.crt"
@@ -143,6 +147,7 @@ def render_config(paths: ProxyPaths, addresses: list[str], port: int = PORT) -> 
         raise ValueError("the package proxy needs at least one address to listen on")
     return "".join(f"{key}: {value}\n" for key, value in (
         ("CacheDir", paths.cache),
+        ("SupportDir", SUPPORT_DIR),  # mirror lists (deb_mirror*.gz), report templates
         ("LogDir", paths.logs),
         ("PidFile", paths.pid_file),
         ("SocketPath", paths.run / "socket"),
@@ -150,7 +155,7 @@ def render_config(paths: ProxyPaths, addresses: list[str], port: int = PORT) -> 
         ("BindAddress", " ".join(bind)),
         ("ForeGround", 1),
         ("Remap-debrep", DEBREP_REMAP),
-        ("Remap-secdeb", "security.debian.org ; deb.debian.org/debian-security"),
+        ("Remap-secdeb", SECDEB_REMAP),
         ("PassThroughPattern", PASS_THROUGH),
         ("ReportPage", ""),  # no maintenance web page for the nodes
         ("ExThreshold", 4),

@@ -11,6 +11,7 @@ Only curl runs inside the netns (it shares the host's filesystem: no apt-get the
 from __future__ import annotations
 
 import configparser
+import contextlib
 import ipaddress
 import json
 import os
@@ -209,11 +210,14 @@ def _free_subnets(n: int) -> list[str]:
     pytest.skip("no free /24 for the test bridges")
 
 
-def _cleanup_net(net: Net) -> None:
+def _cleanup_net(net: Net, etc_netns_existed: bool) -> None:
     subprocess.run(["ip", "netns", "del", net.ns], capture_output=True, timeout=30)
     for br in net.bridges:
         netns.delete_link(br)
     shutil.rmtree(Path("/etc/netns", net.ns), ignore_errors=True)
+    if not etc_netns_existed:
+        with contextlib.suppress(OSError):
+            Path("/etc/netns").rmdir()  # only if empty
 
 
 @pytest.fixture
@@ -226,6 +230,7 @@ def net(tmp_path: Path) -> Iterator[Net]:
     alias = f"slurmpod-test:{state}"
     n = Net(state=state, ns=f"tpx-{tag}", bridges=[f"tpx{tag}", f"tpy{tag}"], subnets=subnets,
             ips=[netns.gateway_ip(s) for s in subnets], node_ip="", ca_file=tmp_path / "ca.crt")
+    etc_netns_existed = Path("/etc/netns").exists()
     try:
         for br, sub in zip(n.bridges, subnets, strict=True):
             netns.ensure_bridge(br, sub, alias)
@@ -237,7 +242,7 @@ def net(tmp_path: Path) -> Iterator[Net]:
         n.ca_file.write_text(host_ca_bundle() or "")
         yield n
     finally:
-        _cleanup_net(n)
+        _cleanup_net(n, etc_netns_existed)
 
 
 def curl(net: Net, *args: str, proxy: bool = True, timeout: int = 40) -> subprocess.CompletedProcess[str]:
@@ -291,6 +296,9 @@ def test_proxy_through_a_node_netns(net: Net) -> None:
             res = curl(net, url)
             assert res.returncode == 0 and res.stdout.split()[0] == "200", (res.stdout, res.stderr)
             times.append(float(res.stdout.split()[2]))
+        # security.debian.org: remapped onto deb.debian.org/debian-security
+        res = curl(net, "http://security.debian.org/debian-security/dists/bookworm-security/InRelease")
+        assert res.returncode == 0 and res.stdout.split()[0] == "200", (res.stdout, res.stderr)
         # PyPI through the CONNECT tunnel, trusting what the host trusts (the bundle nodes are given)
         res = curl(net, "--cacert", str(net.ca_file), "https://pypi.org/simple/six/")
         assert res.returncode == 0 and res.stdout.split()[:2] == ["200", "200"], (res.stdout, res.stderr)
