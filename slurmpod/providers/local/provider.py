@@ -32,6 +32,7 @@ from slurmpod.providers.local.commands import host_run
 from slurmpod.providers.local.imds import ImdsServer
 from slurmpod.providers.local.imds_source import http_tokens, record_metadata
 from slurmpod.providers.local.layout import Layout, bridge_name, link_alias, netns_name, veth_name
+from slurmpod.providers.local.pkgproxy import PackageProxy, PackageProxyError
 from slurmpod.providers.local.runner import LocalRunner, nsenter_argv
 from slurmpod.providers.local.state import InstanceRecord, file_lock, read_json, rewrite_hosts, write_json
 
@@ -64,6 +65,10 @@ class LocalProvider:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self.last_boot_seconds = 0.0  # duration of the most recent boot (network + holder + probe)
+        # apt/pip for the nodes: the state dir's apt-cacher-ng on its bridges (pkgproxy.py), shared by every
+        # provider object of the state dir through a file lock; the server's stop path calls close()
+        self.pkgproxy = PackageProxy(self.state_dir)
+        self._pkgproxy_warned: set[str] = set()
         # IMDS at 169.254.169.254 in every node (imds.py); only the long-lived owner of the nodes (the server,
         # through start_services) turns it on: short-lived users (connect, demo) must not take the listeners
         self._imds_on = False
@@ -84,6 +89,7 @@ class LocalProvider:
             if not hosts.exists():
                 rewrite_hosts(hosts, {})
             (self.layout.cluster(cluster_id) / "volumes").mkdir(parents=True, exist_ok=True)
+        self._pkgproxy_ensure(net["subnet"])  # outside the allocation lock: a (re)start takes tens of ms
 
     def _ensure_network_record(self, cluster_id: str) -> dict:
         path = self.layout.network(cluster_id)
@@ -133,6 +139,8 @@ class LocalProvider:
             if subnets.pop(cluster_id, None) is not None:
                 write_json(self.layout.subnets, subnets)
             shutil.rmtree(self.layout.cluster(cluster_id), ignore_errors=True)
+        if net is not None:
+            self._pkgproxy_release(net["subnet"])
 
     # ------------------------------------------------------------------ instances
 
@@ -372,15 +380,43 @@ class LocalProvider:
         if self._imds is not None:
             self._imds.close()
 
+    # ------------------------------------------------------------------ package proxy (pkgproxy.py)
+
+    def _pkgproxy_ensure(self, subnet: str) -> None:
+        """The package proxy listens on the cluster bridge. A failure (e.g. apt-cacher-ng not installed) is
+        logged once, never a failed launch: the nodes' apt/pip then report the refused proxy themselves."""
+        try:
+            self.pkgproxy.ensure(netns.gateway_ip(subnet))
+        except (PackageProxyError, ProviderError, OSError, ValueError) as exc:
+            if str(exc) not in self._pkgproxy_warned:
+                self._pkgproxy_warned.add(str(exc))
+                log.warning("package proxy unavailable for %s: %s", subnet, exc)
+
+    def _pkgproxy_release(self, subnet: str) -> None:
+        try:
+            self.pkgproxy.release(netns.gateway_ip(subnet))
+        except (PackageProxyError, ProviderError, OSError, ValueError) as exc:
+            log.warning("package proxy: releasing %s failed: %s", subnet, exc)
+
+    def _pkgproxy_resume(self) -> None:
+        """Server start: the proxy listens again on the bridges of the clusters that exist (a server that
+        stopped cleanly stopped it; one that crashed left it running, and it is reused)."""
+        try:
+            self.pkgproxy.resume()
+        except (PackageProxyError, ProviderError, OSError) as exc:
+            log.warning("package proxy unavailable: %s", exc)
+
     # ------------------------------------------------------------------ node services (server start/stop)
 
     def start_services(self) -> None:
         """Server start: the host-side services of the nodes."""
         self.start_imds()  # instance metadata in every node (imds.py)
+        self._pkgproxy_resume()  # apt/pip for lifecycle scripts (pkgproxy.py)
 
     def close(self) -> None:
         """Server stop: stops them (the nodes keep running; ``start_services`` serves them again)."""
         self.close_imds()  # instance metadata (imds.py)
+        self.pkgproxy.close()  # package proxy (pkgproxy.py)
 
     # ------------------------------------------------------------------ helpers
 
