@@ -162,7 +162,11 @@ def stop_daemon(
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
 ) -> bool:
-    """SIGTERM the daemon of ``pid_file`` and wait for it to exit. False if it was not running."""
+    """SIGTERM the daemon of ``pid_file`` and wait for it to exit. False if it was not running.
+
+    On a systemd node the daemon's unit is stopped instead (systemd would restart a killed one)."""
+    if comm in units.UNITS and units.uses_systemd(runner):
+        return units.stop(runner, comm)
     pid = read_pid(runner, pid_file, comm)
     if pid is None:
         return False
@@ -191,6 +195,11 @@ def start_munge(
     Idempotent: a munged that already answers is left alone.
     """
     if _munge_ok(runner):
+        return
+    if units.uses_systemd(runner):
+        units.start_munge(runner, key)
+        if not _wait(lambda: _munge_ok(runner), timeout, sleep, clock):
+            raise SlurmError("munge.service did not start", units.journal(runner, "munge"))
         return
     ensure_dir(runner, "/etc/munge", 0o700, "munge")
     ensure_dir(runner, "/var/log/munge", 0o700, "munge")
@@ -251,7 +260,9 @@ def _running(runner: CommandRunner, comm: str) -> bool:
 
 def _start_and_wait_slurmctld(runner: CommandRunner, timeout: float, sleep: Sleep, clock: Clock) -> None:
     me = _hostname(runner)
-    if read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None and not _running(runner, "slurmctld"):
+    if units.uses_systemd(runner):
+        units.start(runner, "slurmctld")
+    elif read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None and not _running(runner, "slurmctld"):
         _check(runner, ["/usr/sbin/slurmctld"], log=SLURMCTLD_LOG_FILE)
     gone_since: list[float] = []
 
@@ -337,7 +348,9 @@ def start_slurmd(
         raise ValueError("start_slurmd needs at least one conf server")
     ensure_dir(runner, "/var/log/slurm", 0o755, "slurm")
     ensure_dir(runner, SLURMD_SPOOL_DIR, 0o755)
-    if read_pid(runner, SLURMD_PID_FILE, "slurmd") is None:
+    if units.uses_systemd(runner):
+        units.start_slurmd(runner, conf_servers, units.node_conf(cpus, real_memory, feature, gres))
+    elif read_pid(runner, SLURMD_PID_FILE, "slurmd") is None:
         _check(runner, slurmd_argv(conf_servers, cpus, real_memory, feature, gres), log=SLURMD_LOG_FILE)
     if not _wait(lambda: read_pid(runner, SLURMD_PID_FILE, "slurmd") is not None, timeout, sleep, clock):
         raise SlurmError("slurmd did not start", log_tail(runner, SLURMD_LOG_FILE))
@@ -462,3 +475,6 @@ class SlurmControl:
     def wait_for_idle(self, names: Iterable[str], timeout: float) -> set[str]:
         """Like ``wait_for_nodes`` but for nodes with no jobs (a drain is complete when they are idle)."""
         return self._wait_until(names, timeout, lambda n: not n.has_jobs())
+
+
+from slurmpod.slurm import units  # noqa: E402  (units calls back into this module's helpers)

@@ -119,16 +119,27 @@ def _log_tail(log: Path, n: int = 8) -> str:
         return ""
 
 
-def start(netns: str, boot_cfg: dict, instance_dir: Path) -> Boot:
-    """Starts the holder for one boot and waits until the node's root is assembled and pivoted."""
+#: moves itself into the cgroup whose ``cgroup.procs`` is argv[1], then execs argv[2:] (``unshare --cgroup``
+#: then makes that cgroup the node's cgroup-namespace root)
+_INTO_CGROUP = "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); os.execvp(sys.argv[2], sys.argv[2:])"
+
+
+def start(netns: str, boot_cfg: dict, instance_dir: Path, cgroup: Path | None = None) -> Boot:
+    """Starts the holder for one boot and waits until the node's root is assembled and pivoted.
+
+    With ``cgroup`` (systemd nodes) the node gets its own cgroup namespace rooted there."""
     token = secrets.token_hex(8)
     cfg = dict(boot_cfg, token=token)
     boot_file = instance_dir / "boot.json"
     boot_file.write_text(json.dumps(cfg, indent=1))
     log_path = instance_dir / "holder.log"
     argv = ["nsenter", f"--net={netns_path(netns)}", "unshare", "--uts", "--ipc", "--mount", "--pid",
+            *(["--cgroup"] if cgroup is not None else []),
             "--fork", "--kill-child", "--propagation", "private",
             sys.executable, "-I", str(NODEINIT), str(boot_file)]
+    if cgroup is not None:
+        cgroup.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-I", "-c", _INTO_CGROUP, str(cgroup / "cgroup.procs"), *argv]
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
     with open(log_path, "ab") as log:
         popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
@@ -159,6 +170,18 @@ def start(netns: str, boot_cfg: dict, instance_dir: Path) -> Boot:
     raise TemporaryProviderError(f"node did not boot within {BOOT_TIMEOUT}s: {_log_tail(log_path)}")
 
 
+def remove_cgroup(cgroup: Path) -> None:
+    """Removes a node's cgroup and every cgroup its systemd made under it (deepest first; empty ones only)."""
+    if not cgroup.is_dir():
+        return
+    dirs = sorted((p for p in cgroup.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+    for d in [*dirs, cgroup]:
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
 def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -176,9 +199,18 @@ def _wait(predicate: Callable[[], bool], timeout: float) -> bool:
 
 
 def stop(holder_pid: int, holder_start: str, unshare_pid: int, unshare_start: str, mntns: str,
-         popen: subprocess.Popen[bytes] | None = None, timeout: float = STOP_TIMEOUT) -> None:
-    """Kills the node (SIGKILL to its PID 1 ends the whole PID namespace) and waits until its mount
-    namespace, and with it the overlay on the root volume, is gone."""
+         popen: subprocess.Popen[bytes] | None = None, timeout: float = STOP_TIMEOUT,
+         shutdown: float = 0.0) -> None:
+    """Stops the node and waits until its mount namespace, and with it the overlay on the root volume, is gone.
+
+    ``shutdown`` > 0 (systemd nodes): SIGRTMIN+4 asks systemd to power off (units stop in order) for up to
+    that many seconds; then, or right away, SIGKILL to PID 1 ends the whole PID namespace."""
+    if shutdown > 0 and is_running(holder_pid, holder_start):
+        try:
+            os.kill(holder_pid, signal.SIGRTMIN + 4)
+        except ProcessLookupError:
+            pass
+        _wait(lambda: not is_running(holder_pid, holder_start), shutdown)
     if is_running(holder_pid, holder_start):
         _kill(holder_pid)
     _wait(lambda: not is_running(holder_pid, holder_start), timeout)
@@ -200,3 +232,15 @@ def stop(holder_pid: int, holder_start: str, unshare_pid: int, unshare_start: st
         _kill(pid)
     if not _wait(lambda: not pids_in_mntns(mntns), timeout):
         raise TemporaryProviderError(f"processes still in the node's mount namespace {mntns}")
+
+
+def node_cgroup(instance_id: str, root: Path = Path("/sys/fs/cgroup")) -> Path | None:
+    """Where a systemd node's cgroup lives in the host's cgroup2 tree (pure v2, or the hybrid ``unified``
+    mount); None when this host has no cgroup2 hierarchy."""
+    if (root / "cgroup.controllers").exists():
+        base = root
+    elif (root / "unified" / "cgroup.procs").exists():
+        base = root / "unified"
+    else:
+        return None
+    return base / "slurmpod" / instance_id

@@ -11,8 +11,19 @@ Standard library only (it is run by file path, not imported from the package) an
 
 The boot file (JSON) holds: ``hostname``, ``lower`` (image root), ``upper``, ``work``, ``merged``
 (assembly point), ``hosts`` (cluster hosts file), ``volumes`` ([[host_dir, node_path], ...]),
-``hide`` (host paths covered by an empty tmpfs, e.g. the provider's state dir) and ``token`` (written
-to ``/run/slurmpod-ready`` once the node is up).
+``hide`` (host paths covered by an empty tmpfs, e.g. the provider's state dir), ``files``
+([[node_path, text, mode], ...] written into the root volume at every boot) and ``token`` (written
+to ``/run/slurmpod-ready`` once the root is assembled).
+
+``init`` selects what PID 1 becomes:
+
+* ``systemd`` (an image root filesystem): the image's systemd, as on a real host. The node also gets a
+  read-only ``/proc/sys`` (``net.*`` stays writable: it is the node's own netns) and ``sysrq-trigger``, a
+  cgroup2 mount of its own cgroup namespace on ``/sys/fs/cgroup`` (the launcher put it in a per-node cgroup
+  before ``unshare --cgroup``, so systemd creates nothing in the host's hierarchies), a machine-id per root
+  volume, and a bounding set without the capabilities a node never needs (module loading, raw I/O, the
+  clock, reboot of the host, syslog, MAC policy).
+* ``host`` (the legacy model, the host's own root as the image): a bash loop that reaps orphans.
 """
 
 from __future__ import annotations
@@ -32,6 +43,11 @@ MNT_DETACH = 2
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 
 READY_FILE = "/run/slurmpod-ready"
+SYSTEMD = ("/lib/systemd/systemd", "/usr/lib/systemd/systemd")
+PR_CAPBSET_DROP = 24
+#: capabilities a node never needs (numbers from linux/capability.h): sys_module, sys_rawio, sys_boot,
+#: sys_time, mac_override, mac_admin, syslog, wake_alarm
+DROPPED_CAPS = (16, 17, 22, 25, 32, 33, 34, 35)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -156,26 +172,18 @@ def build_root(cfg: dict) -> None:
             mount("tmpfs", r + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                   "mode=0755,size=4k")
 
+    systemd = cfg.get("init") == "systemd"
     for src, dst in cfg.get("volumes", []):
-        os.makedirs(r + dst, exist_ok=True)
-        mount(src, r + dst, None, MS_BIND)
+        target = _inside(r, dst, systemd)
+        os.makedirs(target, exist_ok=True)
+        mount(src, target, None, MS_BIND)
 
-    hosts = f"{r}/etc/hosts"
+    hosts = _inside(r, "/etc/hosts", systemd)
     _replace_with_file(hosts, None)
     mount(cfg["hosts"], hosts, None, MS_BIND)
     mount(None, hosts, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-
-    # Per-boot identity, written into the root volume.
-    _replace_with_file(f"{r}/etc/hostname", cfg["hostname"] + "\n")
-    _replace_with_file(f"{r}/etc/resolv.conf",
-                       "# no nameserver: names come from /etc/hosts\noptions attempts:1 timeout:1\n")
-    users, groups = _ids(r)
-    for path, owner, mode in NODE_DIRS + RUN_DIRS:
-        _ensure_dir(r, path, owner, mode, users, groups)
-    # AWS's sample lifecycle scripts expect slurm.conf under /opt/slurm/etc.
-    if not os.path.lexists(f"{r}/opt/slurm/etc"):
-        os.makedirs(f"{r}/opt/slurm", exist_ok=True)
-        os.symlink("/etc/slurm", f"{r}/opt/slurm/etc")
+    if systemd:
+        _harden(r)
 
     os.chdir(r)
     nr = SYS_PIVOT_ROOT.get(platform.machine())
@@ -184,6 +192,80 @@ def build_root(cfg: dict) -> None:
     _check(_libc.syscall(nr, b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", MNT_DETACH), "umount2 old root")
     os.chdir("/")
+    # From here on paths resolve inside the node: an image's absolute symlinks cannot reach the host.
+    _per_boot(cfg, systemd)
+
+
+def _inside(r: str, path: str, strict: bool) -> str:
+    """``r + path`` for a mount target; with ``strict`` (an image that is not the host's root) a target that
+    resolves outside the node's root (an absolute symlink in the image) is refused."""
+    target = r + path
+    if strict:
+        real = os.path.realpath(target)
+        if real != r and not real.startswith(r + "/"):
+            raise OSError(f"{path} in the image resolves outside it ({real}): refusing to mount there")
+    return target
+
+
+def _per_boot(cfg: dict, systemd: bool) -> None:
+    """Identity and settings written into the root volume at every boot (after pivot_root)."""
+    if systemd:
+        _machine_id("")
+    for path, text, mode in cfg.get("files", []):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _replace_with_file(path, text)
+        os.chmod(path, mode)
+    _replace_with_file("/etc/hostname", cfg["hostname"] + "\n")
+    _replace_with_file("/etc/resolv.conf",
+                       "# no nameserver: names come from /etc/hosts\noptions attempts:1 timeout:1\n")
+    if systemd:
+        return  # the image's packages and units own their directories
+    users, groups = _ids("")
+    for path, owner, mode in NODE_DIRS + RUN_DIRS:
+        _ensure_dir("", path, owner, mode, users, groups)
+    # AWS's sample lifecycle scripts expect slurm.conf under /opt/slurm/etc.
+    if not os.path.lexists("/opt/slurm/etc"):
+        os.makedirs("/opt/slurm", exist_ok=True)
+        os.symlink("/etc/slurm", "/opt/slurm/etc")
+
+
+def _harden(r: str) -> None:
+    """What systemd-nspawn does too: global sysctls and sysrq read-only, the node's own cgroup2 tree."""
+    mount(f"{r}/proc/sys", f"{r}/proc/sys", None, MS_BIND)
+    mount(None, f"{r}/proc/sys", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("/proc/sys/net", f"{r}/proc/sys/net", None, MS_BIND)  # the node's netns: its own to tune
+    trigger = f"{r}/proc/sysrq-trigger"
+    if os.path.exists(trigger):
+        mount(trigger, trigger, None, MS_BIND)
+        mount(None, trigger, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+    mount("cgroup2", f"{r}/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _machine_id(r: str) -> None:
+    """One machine-id per root volume (it survives reboots and dies with the volume, as on a real host)."""
+    path = f"{r}/etc/machine-id"
+    try:
+        with open(path) as fh:
+            if len(fh.read().strip()) == 32:
+                return
+    except OSError:
+        pass
+    _replace_with_file(path, os.urandom(16).hex() + "\n")
+    os.chmod(path, 0o444)
+
+
+def exec_systemd() -> None:
+    """Becomes the image's systemd (never returns) without the capabilities a node never needs."""
+    for cap in DROPPED_CAPS:
+        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL for a cap this kernel lacks: nothing to drop
+    with open("/etc/machine-id") as fh:
+        machine_id = fh.read().strip()
+    exe = next((p for p in SYSTEMD if os.access(p, os.X_OK)), None)
+    if exe is None:
+        raise OSError("the image has no systemd (/lib/systemd/systemd)")
+    env = {"container": "slurmpod", "container_uuid": machine_id, "TERM": "dumb",
+           "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    os.execve(exe, [exe, "--log-target=console", "--show-status=false", "--log-level=notice"], env)
 
 
 BASH_REAPER = 'trap "exit 0" TERM INT; while :; do sleep 3600 & wait $!; done'
@@ -217,6 +299,12 @@ def main(argv: list[str]) -> int:
     with open(READY_FILE, "w") as fh:
         fh.write(cfg["token"])
     os.closerange(3, 1024)
+    if cfg.get("init") == "systemd":
+        try:
+            exec_systemd()
+        except OSError as exc:
+            print(f"slurmpod nodeinit: {exc}", file=sys.stderr, flush=True)
+            return 1
     if os.access("/bin/bash", os.X_OK):
         # A bash loop reaps as well as Python does (bash waits for any child) at ~1/20 of the memory.
         # The trailing args keep the boot file in our command line: that is how holders are found.

@@ -35,6 +35,7 @@ from slurmpod.providers.local.layout import Layout, bridge_name, link_alias, net
 from slurmpod.providers.local.pkgproxy import PackageProxy, PackageProxyError
 from slurmpod.providers.local.runner import LocalRunner, nsenter_argv
 from slurmpod.providers.local.state import InstanceRecord, file_lock, read_json, rewrite_hosts, write_json
+from slurmpod.providers.local.sysnode import SHUTDOWN_GRACE, node_files, systemd_image, wait_started
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ class LocalProvider:
             src = self.layout.volume(rec.cluster_id, name)
             src.mkdir(parents=True, exist_ok=True)
             volumes.append([str(src), path])
-        cfg = {
+        cfg: dict[str, object] = {
             "hostname": rec.hostname,
             "lower": rec.image_root,
             "upper": str(inst / "upper"),
@@ -241,7 +242,15 @@ class LocalProvider:
             "volumes": volumes,
             "hide": [str(self.state_dir)],
         }
-        boot = holder.start(rec.netns, cfg, inst)
+        cgroup = None
+        if systemd_image(rec.image_root):
+            cgroup = holder.node_cgroup(rec.instance_id)
+            if cgroup is None:
+                raise PermanentProviderError("this host has no cgroup2 hierarchy (/sys/fs/cgroup or "
+                                             "/sys/fs/cgroup/unified): systemd nodes need one")
+            cfg["init"] = "systemd"
+            cfg["files"] = node_files(net["subnet"])
+        boot = holder.start(rec.netns, cfg, inst, cgroup)
         self._popens[rec.instance_id] = boot.popen
         rec.holder_pid, rec.holder_start = boot.holder_pid, boot.holder_start
         rec.unshare_pid, rec.unshare_start = boot.unshare_pid, boot.unshare_start
@@ -253,11 +262,17 @@ class LocalProvider:
         if probe.returncode != 0:
             raise TemporaryProviderError(f"node {rec.instance_id} booted but nsenter failed: "
                                          f"{probe.stderr.decode(errors='replace').strip()}")
+        if cgroup is not None:
+            wait_started(rec.holder_pid, rec.instance_id, inst / "holder.log")
         self.last_boot_seconds = time.monotonic() - t0
 
     def _stop(self, rec: InstanceRecord) -> None:
+        systemd = systemd_image(rec.image_root)
         holder.stop(rec.holder_pid, rec.holder_start, rec.unshare_pid, rec.unshare_start, rec.mntns,
-                    popen=self._popens.pop(rec.instance_id, None))
+                    popen=self._popens.pop(rec.instance_id, None), shutdown=SHUTDOWN_GRACE if systemd else 0.0)
+        cgroup = holder.node_cgroup(rec.instance_id)
+        if cgroup is not None:
+            holder.remove_cgroup(cgroup)
         holder.kill_strays(self.layout.instance(rec.cluster_id, rec.instance_id) / "boot.json")
         rec.holder_pid, rec.holder_start, rec.unshare_pid, rec.unshare_start = 0, "", 0, ""
         rec.mntns, rec.netns_inode = "", 0

@@ -16,8 +16,8 @@ BASE_ENV = {"PATH": NODE_PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root
 
 
 def nsenter_argv(holder_pid: int) -> list[str]:
-    """Enter net, UTS, IPC, mount (pivoted root) and PID namespaces of the node."""
-    return ["nsenter", "-t", str(holder_pid), "-n", "-u", "-i", "-m", "-p"]
+    """Enter net, UTS, IPC, mount (pivoted root), PID and cgroup namespaces of the node."""
+    return ["nsenter", "-t", str(holder_pid), "-n", "-u", "-i", "-m", "-p", "-C"]
 
 
 class LocalRunner:

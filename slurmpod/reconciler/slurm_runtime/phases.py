@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from slurmpod.domain.catalog import instance_type_info, slurm_resources
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import InstanceGroupSpec, LifeCycleConfig
 from slurmpod.domain.status import NodeType
@@ -31,7 +32,7 @@ from slurmpod.lifecycle.snapshot import load_snapshot
 from slurmpod.providers.base import CommandRunner
 from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.runtime import NodeBootError
-from slurmpod.slurm import control
+from slurmpod.slurm import control, units
 from slurmpod.slurm.conf import (
     DEFAULT_STATE_SAVE_LOCATION,
     conf_value,
@@ -83,6 +84,9 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     control.write_file(r, "/root/.ssh/authorized_keys", public, 0o600, "root")
     control.write_file(r, "/etc/logrotate.d/slurmpod", LOGROTATE, 0o644, "root")
     write_node_file(r, RESOURCE_CONFIG_PATH, resource_config(cluster, nodes))
+    if units.uses_systemd(r):
+        units.prepare_slurmd(r, compute_node_conf(group) if group.node_type in (NodeType.COMPUTE, None) else None)
+        _default_user_home(r)
     image = rt.image_lookup(node.image_id)
     write_node_file(r, "/etc/slurmpod/image", f"{image.image_id} {image.release}\n")
     if image.setup_script:
@@ -92,6 +96,21 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
             raise NodeBootError(f"image {image.image_id} ({image.release}) setup step failed with exit code "
                                 f"{res.returncode}: {tail}")
     return {}
+
+
+def compute_node_conf(group: InstanceGroupSpec) -> str:
+    """A compute group's dynamic-node conf: CPUs/RealMemory from the instance-type catalogue, Feature=<group>."""
+    cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"), group.threads_per_core)
+    return units.node_conf(cpus, mem, group.name)
+
+
+def _default_user_home(r: CommandRunner) -> None:
+    """``ubuntu``'s home lives on the cluster's shared /home (it hides the image's): made once, from /etc/skel."""
+    res = r.run(["sh", "-c", 'id -u ubuntu >/dev/null 2>&1 || exit 0; [ -d /home/ubuntu ] && exit 0; '
+                 'mkdir -p /home/ubuntu && cp -a /etc/skel/. /home/ubuntu/ && chown -R ubuntu:ubuntu /home/ubuntu '
+                 '&& chmod 0750 /home/ubuntu'], timeout=30)
+    if res.returncode != 0:
+        raise NodeBootError(f"creating /home/ubuntu failed: {res.stderr.strip()[-300:]}")
 
 
 def resource_config(cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:

@@ -1,0 +1,74 @@
+"""systemd nodes: an image root filesystem booted with the image's systemd as PID 1 (``nodeinit.py``).
+
+The provider picks this mode for every image that is not the host's own root (``/``, the legacy model).
+Here: what decides the mode, the files every boot writes into the root volume (the package proxy's
+apt/pip/profile settings), and the wait until systemd finished starting (``is-system-running --wait``).
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from pathlib import Path
+
+from slurmpod.providers.base import TemporaryProviderError
+from slurmpod.providers.local import netns
+from slurmpod.providers.local.pkgproxy import host_ca_bundle, node_proxy_files
+from slurmpod.providers.local.runner import nsenter_argv
+
+log = logging.getLogger("slurmpod.local")
+
+#: how long systemd may take to power a node off (units stop in order) before it is killed
+SHUTDOWN_GRACE = 10.0
+#: how long a node's systemd may take to finish starting
+STARTUP_TIMEOUT = 60.0
+#: ``is-system-running`` answers a node may be used in ("degraded": a unit failed; it is logged)
+USABLE = ("running", "degraded")
+
+
+def systemd_image(image_root: str) -> bool:
+    """Whether ``image_root`` is an image root filesystem (booted with systemd) rather than the host's ``/``."""
+    return Path(image_root).resolve() != Path("/")
+
+
+def node_files(subnet: str) -> list[list[object]]:
+    """``[[node_path, text, mode], ...]`` nodeinit writes at every boot: the package proxy settings."""
+    files = node_proxy_files(netns.gateway_ip(subnet), subnet, ca_bundle=host_ca_bundle())
+    return [[path, text, 0o644] for path, text in sorted(files.items())]
+
+
+def wait_started(holder_pid: int, instance_id: str, log_path: Path, timeout: float = STARTUP_TIMEOUT) -> str:
+    """Waits until the node's systemd finished starting; returns its state (``running`` or ``degraded``)."""
+    argv = [*nsenter_argv(holder_pid), "--", "systemctl", "is-system-running", "--wait"]
+    deadline = time.monotonic() + timeout
+    state = "offline"
+    while state in ("offline", ""):  # PID 1 is still nodeinit (about to exec systemd), or its bus is not up yet
+        left = deadline - time.monotonic()
+        try:
+            res = subprocess.run(argv, capture_output=True, text=True, timeout=max(left, 0.1),  # noqa: S603
+                                 stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            raise TemporaryProviderError(f"node {instance_id}: systemd did not finish starting within "
+                                         f"{timeout:.0f}s") from exc
+        state = res.stdout.strip()
+        if state in ("offline", ""):
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+    if state not in USABLE:
+        tail = _tail(log_path)
+        raise TemporaryProviderError(f"node {instance_id}: systemd is {state or res.stderr.strip()!r}: {tail}")
+    if state == "degraded":
+        failed = subprocess.run([*nsenter_argv(holder_pid), "--", "systemctl", "--failed", "--plain",  # noqa: S603
+                                 "--no-legend"], capture_output=True, text=True, timeout=10,
+                                stdin=subprocess.DEVNULL).stdout.split("\n")
+        log.info("node %s is degraded: %s", instance_id, "; ".join(f.split()[0] for f in failed if f.strip()))
+    return state
+
+
+def _tail(path: Path, n: int = 6) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-n:])
+    except OSError:
+        return ""

@@ -1,0 +1,128 @@
+"""munge and the Slurm daemons as systemd units, on nodes whose PID 1 is systemd (image root filesystems).
+
+``control.py`` calls these when ``uses_systemd(runner)``: the daemons are the image's units (``Restart=on-failure``,
+logs in the journal and ``/var/log/slurm``), started with ``systemctl`` exactly as a HyperPod node's lifecycle
+scripts do. The compute node's ``slurmd.service`` is HyperPod's: ``ExecStart=/opt/slurm/sbin/slurmd -D -s
+${SLURMD_OPTIONS}``, rendered with ``--conf-server`` like AWS's sample ``start_slurm.sh`` does (envsubst). A
+dynamic node also needs ``-Z --conf "CPUs=… Feature=<group>"``: ``/opt/slurm/sbin/slurmd`` is a small wrapper
+that adds what ``/etc/slurmpod/slurmd.args`` holds (unless the command line has ``-Z`` already), so a unit
+rendered by a user's own script registers the node the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import slurmpod.slurm.control as control
+from slurmpod.providers.base import CommandRunner
+
+SYSTEMD_RUN_DIR = "/run/systemd/system"
+SLURMD_UNIT = "/etc/systemd/system/slurmd.service"
+#: the image's pristine unit (with the ${SLURMD_OPTIONS} placeholder), kept before anything renders it
+SLURMD_TEMPLATE = "/etc/slurmpod/slurmd.service.in"
+SLURMD_ARGS = "/etc/slurmpod/slurmd.args"
+SLURMD_WRAPPER = "/opt/slurm/sbin/slurmd"
+PLACEHOLDER = "${SLURMD_OPTIONS}"
+#: daemon (process name) -> its unit
+UNITS = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "slurmdbd": "slurmdbd",
+         "mariadbd": "mariadb"}
+
+WRAPPER = """#!/bin/sh
+# slurmpod: Debian's slurmd, plus this node's dynamic-node arguments (one per line in /etc/slurmpod/slurmd.args)
+# unless the caller gave -Z itself.
+for a in "$@"; do [ "$a" = "-Z" ] && exec /usr/sbin/slurmd "$@"; done
+if [ -r /etc/slurmpod/slurmd.args ]; then
+  set -f; old_ifs=$IFS; IFS='
+'
+  set -- "$@" $(cat /etc/slurmpod/slurmd.args)
+  IFS=$old_ifs
+fi
+exec /usr/sbin/slurmd "$@"
+"""
+
+
+def uses_systemd(runner: CommandRunner) -> bool:
+    """Whether the node runs systemd as PID 1 (``/run/systemd/system`` exists only then)."""
+    return control._run(runner, ["test", "-d", SYSTEMD_RUN_DIR], timeout=10).returncode == 0
+
+
+def systemctl(runner: CommandRunner, *args: str, timeout: float = 90.0, check: bool = True) -> str:
+    r = control._run(runner, ["systemctl", *args], timeout=timeout)
+    if check and r.returncode != 0:
+        raise control.SlurmError(f"systemctl {' '.join(args)} failed: {(r.stderr or r.stdout).strip()[-400:]}",
+                                 journal(runner, args[-1]) if args else "")
+    return r.stdout
+
+
+def active(runner: CommandRunner, unit: str) -> bool:
+    return control._run(runner, ["systemctl", "is-active", "--quiet", unit], timeout=10).returncode == 0
+
+
+def journal(runner: CommandRunner, unit: str, lines: int = control.LOG_TAIL_LINES) -> str:
+    r = control._run(runner, ["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "cat"], timeout=15)
+    return r.stdout if r.returncode == 0 else ""
+
+
+def start(runner: CommandRunner, unit: str) -> None:
+    """Enables and (re)starts ``unit`` unless it is active (a failed one is reset first)."""
+    if active(runner, unit):
+        return
+    systemctl(runner, "reset-failed", unit, check=False)
+    systemctl(runner, "enable", "--now", unit)
+
+
+def stop(runner: CommandRunner, comm: str) -> bool:
+    """Stops the unit of daemon ``comm`` (systemd waits for it to exit); False if it was not active."""
+    unit = UNITS[comm]
+    if not active(runner, unit):
+        return False
+    systemctl(runner, "stop", unit)
+    return True
+
+
+def start_munge(runner: CommandRunner, key: bytes) -> None:
+    control.write_file(runner, control.MUNGE_KEY, key, 0o400, "munge")
+    systemctl(runner, "reset-failed", "munge", check=False)
+    systemctl(runner, "enable", "munge")
+    systemctl(runner, "restart", "munge")
+
+
+def prepare_slurmd(runner: CommandRunner, node_conf: str | None) -> None:
+    """Before any lifecycle script: keep the image's slurmd.service template, install the wrapper, and write the
+    node's dynamic-node arguments (None: not a compute node; the wrapper then adds nothing)."""
+    r = control._run(runner, ["grep", "-qF", PLACEHOLDER, SLURMD_UNIT], timeout=10)
+    if r.returncode == 0 and control._run(runner, ["test", "-e", SLURMD_TEMPLATE], timeout=10).returncode != 0:
+        control.ensure_dir(runner, "/etc/slurmpod")
+        control._check(runner, ["cp", "-p", SLURMD_UNIT, SLURMD_TEMPLATE])
+    control.write_file(runner, SLURMD_WRAPPER, WRAPPER.encode(), 0o755)
+    if node_conf is None:
+        control._run(runner, ["rm", "-f", SLURMD_ARGS], timeout=10)
+    else:
+        control.write_file(runner, SLURMD_ARGS, f"-Z\n--conf\n{node_conf}\n".encode(), 0o644)
+
+
+def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], node_conf: str) -> None:
+    """Renders slurmd.service with ``--conf-server`` (as start_slurm.sh does) and enables it; a running slurmd
+    started with another conf-server list is restarted (job steps survive a slurmd restart)."""
+    prepare_slurmd(runner, node_conf)
+    options = f"--conf-server {','.join(conf_servers)}"
+    template = control._run(runner, ["cat", SLURMD_TEMPLATE], timeout=10)
+    if template.returncode == 0 and PLACEHOLDER in template.stdout:
+        unit = template.stdout.replace(PLACEHOLDER, options)
+    else:  # no template (an image without the placeholder): a unit of our own
+        unit = ("[Unit]\nDescription=Slurm node daemon\nAfter=munge.service network-online.target\n"
+                f"[Service]\nExecStart={SLURMD_WRAPPER} -D -s {options}\nRestart=on-failure\nKillMode=process\n"
+                "LimitNOFILE=131072\nLimitMEMLOCK=infinity\nLimitSTACK=infinity\nDelegate=yes\n"
+                "[Install]\nWantedBy=multi-user.target\n")
+    live = control._run(runner, ["cat", SLURMD_UNIT], timeout=10).stdout
+    if live != unit:
+        control.write_file(runner, SLURMD_UNIT, unit.encode(), 0o644)
+        systemctl(runner, "daemon-reload")
+        if active(runner, "slurmd"):
+            systemctl(runner, "restart", "slurmd")
+    start(runner, "slurmd")
+
+
+def node_conf(cpus: int, real_memory: int, feature: str, gres: str | None = None) -> str:
+    text = f"CPUs={cpus} RealMemory={real_memory} Feature={feature}"
+    return f"{text} Gres={gres}" if gres else text
