@@ -132,9 +132,13 @@ def _make(args: argparse.Namespace, images: Any, catalog: Any) -> int:
             req = BuildRequest(suite=args.suite, packages=packages, script=Path(args.script) if args.script else None,
                                release=release, description=args.description or "",
                                cache=Path(args.cache) if args.cache else DEFAULT_CACHE, verbose=args.verbose)
+            previous = str(images.default_pointer().get("image_id", ""))
             manifest = build_image(images, req, _progress)
             if args.default:
                 images.set_default(manifest)
+                if previous and previous != manifest.id and images.get(previous) and not images.live_refs(previous):
+                    images.delete(previous)  # the default of an older recipe that no state dir registered
+                    print(f"removed the previous default image {previous}")
     where = f"{images.root}/{manifest.id}"
     if catalog is None:
         print(f"stored {manifest.id} ({manifest.suite}, Slurm {manifest.slurm_version}, {_mib(manifest.size)}) "

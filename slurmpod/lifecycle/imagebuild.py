@@ -1,7 +1,8 @@
 """``slurmpod images build``: a node root filesystem from Debian's packages with mmdebstrap, then the node layer.
 
 mmdebstrap (``--variant=apt``, slim dpkg path-excludes) installs ``BASE_PACKAGES`` plus the requested ones from
-deb.debian.org (``SUITE``, ``SUITE-updates``, ``SUITE-security``, those the mirror serves) into a staging dir of
+deb.debian.org (``SUITE``, ``SUITE-updates``, ``SUITE-security``, those the mirror serves; dpkg without fsync
+while building) into a staging dir of
 the image store. apt's downloads are kept in a host-wide cache (``/var/cache/slurmpod/apt``), bind-mounted onto
 the chroot's ``/var/cache/apt/archives`` with ``--skip=essential/unlink,download/empty,cleanup/apt/cache``: a
 second build downloads nothing (the recipe measured ~40 s warm). ``--script FILE`` runs inside the image
@@ -49,6 +50,8 @@ BUILD_TIMEOUT = 3600.0
 SLIM = ("path-exclude=/usr/share/man/*", "path-exclude=/usr/share/doc/*", "path-include=/usr/share/doc/*/copyright",
         "path-exclude=/usr/share/locale/*", "path-include=/usr/share/locale/locale.alias",
         "path-exclude=/usr/share/info/*")
+# no fsync per file while building (measured: 54.5 s -> 45.5 s warm); dropped from the image's dpkg config at the end
+BUILD_ONLY_DPKGOPT = "force-unsafe-io"
 SCRIPT_IN_IMAGE = "/tmp/.slurmpod-build-script"
 _SUITE_RE = re.compile(r"^[a-z][a-z0-9-]{1,30}$")
 _PACKAGE_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
@@ -128,7 +131,7 @@ def mmdebstrap_argv(req: BuildRequest, target: Path, source_lines: Sequence[str]
     cache = shlex.quote(str(req.cache))
     argv = ["mmdebstrap", "--mode=root", "--variant=apt", "--format=directory",
             f"--include={','.join(req.all_packages())}", "--components=main",
-            *(f"--dpkgopt={o}" for o in SLIM), '--aptopt=Acquire::Retries "3"',
+            f"--dpkgopt={BUILD_ONLY_DPKGOPT}", *(f"--dpkgopt={o}" for o in SLIM), '--aptopt=Acquire::Retries "3"',
             "--skip=essential/unlink", "--skip=download/empty", "--skip=cleanup/apt/cache",
             '--setup-hook=mkdir -p "$1"/var/cache/apt/archives && '
             f'mount --bind {cache} "$1"/var/cache/apt/archives']
@@ -138,7 +141,8 @@ def mmdebstrap_argv(req: BuildRequest, target: Path, source_lines: Sequence[str]
             f'--customize-hook=cp {shlex.quote(str(script))} "$1"{inside} && echo "slurmpod: script begin" >&2; '
             f'chroot "$1" /usr/bin/env DEBIAN_FRONTEND=noninteractive /bin/bash {inside}; rc=$?; '
             f'rm -f "$1"{inside}; echo "slurmpod: script exit $rc" >&2; exit $rc')
-    argv.append('--customize-hook=umount "$1"/var/cache/apt/archives; rm -f "$1"/var/cache/apt/*.bin')
+    argv.append('--customize-hook=umount "$1"/var/cache/apt/archives; rm -f "$1"/var/cache/apt/*.bin; '
+                f'sed -i "/^{BUILD_ONLY_DPKGOPT}$/d" "$1"/etc/dpkg/dpkg.cfg.d/99mmdebstrap')
     argv += [req.suite, str(target), *source_lines]
     return argv
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from slurmpod.lifecycle.rootfs import RootfsError, resolve_in_root
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 MASKED = (
     "getty@tty1.service", "console-getty.service", "systemd-firstboot.service",
@@ -37,7 +37,7 @@ UNWANTED_LINKS = (
     "getty.target.wants/getty@tty1.service", "sysinit.target.wants/systemd-pstore.service",
     "timers.target.wants/apt-daily.timer", "timers.target.wants/apt-daily-upgrade.timer",
     "timers.target.wants/dpkg-db-backup.timer", "timers.target.wants/fstrim.timer",
-    "timers.target.wants/e2scrub_all.timer",
+    "timers.target.wants/e2scrub_all.timer", "multi-user.target.wants/remote-fs.target",
     # per role: the node's boot enables the one it needs
     "multi-user.target.wants/slurmd.service", "multi-user.target.wants/slurmctld.service",
     "multi-user.target.wants/slurmdbd.service", "multi-user.target.wants/mariadb.service",

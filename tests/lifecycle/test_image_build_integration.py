@@ -1,13 +1,13 @@
 """A real image, checked for the node layer: the default image ``scripts/install.sh`` built into the host-wide
 image store (reused, never rebuilt here), or, when there is none, ONE build of it into a temporary store with
-the warm apt cache. Plus a real mmdebstrap run that stops at a package that does not exist."""
+the warm apt cache. (Bad build input is tested without mmdebstrap in test_image_store.py: a real run only
+fails at a missing package after installing the essential set, ~30 s.)"""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +19,6 @@ from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
 from slurmpod.lifecycle.rootfs import scan_tree
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _needs_root() -> None:
@@ -71,7 +70,7 @@ def test_image_has_the_node_layer(image: tuple[ImageStore, Manifest]) -> None:
     assert "ExecStart=/opt/slurm/sbin/slurmd -D -s ${SLURMD_OPTIONS}" in unit and "Restart=on-failure" in unit
     assert "PIDFile=/run/slurmd.pid" in unit  # from Debian's stock unit
     rendered = subprocess.run(["chroot", str(root), "envsubst"], input=unit, capture_output=True, text=True,
-                              timeout=30, check=True, env={"PATH": "/usr/bin:/bin",
+                              timeout=30, check=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
                                                            "SLURMD_OPTIONS": "--conf-server 10.1.0.2"}).stdout
     assert "ExecStart=/opt/slurm/sbin/slurmd -D -s --conf-server 10.1.0.2" in rendered  # AWS's start_slurm.sh way
     ctld = (root / "etc/systemd/system/slurmctld.service").read_text()
@@ -87,16 +86,3 @@ def test_image_has_the_node_layer(image: tuple[ImageStore, Manifest]) -> None:
     # content-addressed and unchanged since it was stored
     assert scan_tree(root).digest == m.digest
 
-
-def test_build_of_a_package_that_does_not_exist(tmp_path: Path) -> None:
-    _needs_root()
-    env = {**os.environ, "SLURMPOD_IMAGE_STORE": str(tmp_path / "images"), "SLURMPOD_APT_CACHE": str(tmp_path / "c")}
-    r = subprocess.run([sys.executable, "-m", "slurmpod.cli", "images", "build", "--packages",
-                        "slurmpod-no-such-package", "--state-dir", str(tmp_path / "state")],
-                       cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode == 2, r.stdout[-2000:] + r.stderr
-    assert r.stderr.strip() == ("slurmpod: images build: no such package in bookworm: slurmpod-no-such-package")
-    assert [p.name for p in (tmp_path / "images").iterdir()] == []
-    listed = subprocess.run([sys.executable, "-m", "slurmpod.cli", "images", "list", "--state-dir",
-                             str(tmp_path / "state")], cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
-    assert listed.stdout.count("ami-") == 1
