@@ -20,6 +20,7 @@ from slurmpod.cli.connect import cmd_connect
 from slurmpod.cli.events import add_events_parser
 from slurmpod.cli.hosts import add_hosts_parser
 from slurmpod.cli.images import add_images_parser
+from slurmpod.cli.logs import add_logs_parser
 from slurmpod.cli.options import die
 from slurmpod.cli.server import cmd_server, listen_refusal
 from slurmpod.settings import default_state_dir
@@ -170,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_hosts_parser(sub)
 
     add_images_parser(sub)
+    add_logs_parser(sub)
     return parser
 
 

@@ -20,7 +20,8 @@ from slurmpod.lifecycle.sources import LifecycleSourceError, safe_relpath
 from slurmpod.providers.base import CommandRunner
 
 DEFAULT_NODE_DIR = "/opt/slurmpod/lifecycle"
-DEFAULT_LOG_PATH = "/var/log/slurmpod/lifecycle.log"
+#: where HyperPod nodes keep their lifecycle output (shipped to CloudWatch as LifecycleConfig/<group>/<id>)
+DEFAULT_LOG_PATH = "/var/log/provision/provisioning.log"
 TAIL_LINES = 20
 TIMEOUT_EXIT_CODE = 124
 COMMAND_TIMEOUT = 120.0

@@ -115,7 +115,7 @@ def test_run_script_success(node_runner: LocalDirRunner, make_snapshot, monkeypa
             f"opt/slurmpod/lifecycle/{snap.hex}/on_create.sh",
             f"opt/slurmpod/lifecycle/{snap.hex}/provisioning_parameters.json",
             "opt/ml/config/resource_config.json",
-            "var/log/slurmpod/lifecycle.log",
+            "var/log/provision/provisioning.log",
         ]
     )
 

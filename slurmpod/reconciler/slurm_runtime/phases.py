@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,15 +22,18 @@ from slurmpod.domain.catalog import instance_type_info, slurm_resources
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import InstanceGroupSpec, LifeCycleConfig
 from slurmpod.domain.status import NodeType
+from slurmpod.lifecycle.logstreams import lifecycle_stream
 from slurmpod.lifecycle.resource_config import (
+    PROVISIONING_PARAMETERS_NAME,
     RESOURCE_CONFIG_PATH,
     ResourceGroup,
     ResourceInstance,
+    provisioning_parameters,
     render_resource_config,
 )
-from slurmpod.lifecycle.run import format_failure, run_lifecycle_script, write_node_file
+from slurmpod.lifecycle.run import DEFAULT_LOG_PATH, format_failure, run_lifecycle_script, write_node_file
 from slurmpod.lifecycle.snapshot import load_snapshot
-from slurmpod.providers.base import CommandRunner
+from slurmpod.providers.base import CommandRunner, ProviderError
 from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.runtime import NodeBootError
 from slurmpod.slurm import control, units
@@ -45,6 +49,9 @@ if TYPE_CHECKING:
     from slurmpod.reconciler.slurm_runtime.runtime import SlurmRuntime
 
 log = logging.getLogger("slurmpod.runtime")
+
+#: written on every node before any lifecycle script runs (HyperPod does the same for API-driven clusters)
+PROVISIONING_PARAMETERS_PATH = "/opt/ml/config/provisioning_parameters.json"
 
 LOGROTATE = b"""/var/log/slurm/*.log /var/log/slurmpod/*.log {
     weekly
@@ -84,6 +91,7 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     control.write_file(r, "/root/.ssh/authorized_keys", public, 0o600, "root")
     control.write_file(r, "/etc/logrotate.d/slurmpod", LOGROTATE, 0o644, "root")
     write_node_file(r, RESOURCE_CONFIG_PATH, resource_config(cluster, nodes))
+    write_node_file(r, PROVISIONING_PARAMETERS_PATH, provisioning_parameters_json(cluster))
     if units.uses_systemd(r):
         units.prepare_slurmd(r, compute_node_conf(group) if group.node_type in (NodeType.COMPUTE, None) else None)
         _default_user_home(r)
@@ -132,15 +140,44 @@ def _script(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: I
     if lcc is None or entry is None or digest is None:
         return {}
     snap = load_snapshot(rt.snapshots_dir, digest)
-    result = run_lifecycle_script(
-        rt.runner(cluster, node), snap, entry,
-        env={"SLURMPOD_CLUSTER": cluster.name, "SLURMPOD_INSTANCE_ID": node.instance_id,
-             "SLURMPOD_INSTANCE_GROUP": group.name},
-    )
+    r = rt.runner(cluster, node)
+    # AWS's samples open provisioning_parameters.json next to themselves: an API-driven cluster's source has none
+    extra = {} if (snap.path / PROVISIONING_PARAMETERS_NAME).is_file() else {
+        PROVISIONING_PARAMETERS_NAME: provisioning_parameters_json(cluster).encode()}
+    try:
+        result = run_lifecycle_script(
+            r, snap, entry, extra_files=extra,
+            env={"SAGEMAKER_RESOURCE_CONFIG_PATH": RESOURCE_CONFIG_PATH, "SLURMPOD_CLUSTER": cluster.name,
+                 "SLURMPOD_INSTANCE_ID": node.instance_id, "SLURMPOD_INSTANCE_GROUP": group.name},
+        )
+    finally:
+        _keep_log(rt, cluster, node, r)
     log.info("node %s: %s exited %d (%s)", node.instance_id, entry, result.exit_code, digest[:19])
     if not result.ok:
         raise NodeBootError(format_failure(entry, result))
     return {"script": entry}
+
+
+def _keep_log(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, r: CommandRunner) -> None:
+    """The node's lifecycle log, copied to the control plane (stream ``LifecycleConfig/<group>/<id>``)."""
+    try:
+        res = r.run(["cat", DEFAULT_LOG_PATH], timeout=30)
+    except ProviderError as exc:
+        log.warning("node %s: cannot copy its lifecycle log: %s", node.instance_id, exc)
+        return
+    if res.returncode == 0:
+        rt.logs.write(cluster.cluster_id, lifecycle_stream(node.group, node.instance_id), res.stdout,
+                      cluster_name=cluster.name)
+
+
+def provisioning_parameters_json(cluster: ClusterRecord) -> str:
+    """HyperPod's on-node provisioning_parameters.json, derived from the cluster's SlurmConfig roles."""
+    spec = cluster.spec
+    ctl = next((g.name for g in spec.groups_of(NodeType.CONTROLLER)), "")
+    login = next((g.name for g in spec.groups_of(NodeType.LOGIN)), None)
+    workers = [(g.name, part) for g in spec.groups_of(NodeType.COMPUTE)
+               for part in ((g.slurm_config.partition_names if g.slurm_config else ()) or (g.name,))]
+    return json.dumps(provisioning_parameters(ctl, login, workers), indent=4) + "\n"
 
 
 def on_create(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,

@@ -14,6 +14,7 @@ from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import ClusterSpec
 from slurmpod.domain.status import InstanceStatus, NodeType
 from slurmpod.lifecycle.images import Image
+from slurmpod.lifecycle.logstreams import LogStreams
 from slurmpod.lifecycle.sources import LifecycleSourceError
 from slurmpod.providers.base import (
     CommandRunner,
@@ -37,8 +38,10 @@ from slurmpod.slurm.conf import DEFAULT_STATE_SAVE_LOCATION, AccountingConfig, S
 log = logging.getLogger("slurmpod.runtime")
 
 STATE_VOLUME = VolumeMount("slurm-state", DEFAULT_STATE_SAVE_LOCATION)
-#: per-cluster shared home (HyperPod's FSx equivalent): job files visible on every node
+#: per-cluster shared home (HyperPod's FSx for OpenZFS equivalent): job files visible on every node
 HOME_VOLUME = VolumeMount("home", "/home")
+#: per-cluster shared /fsx (HyperPod's FSx for Lustre mount point)
+FSX_VOLUME = VolumeMount("fsx", "/fsx")
 JOIN_TIMEOUT = 60.0
 
 
@@ -65,6 +68,7 @@ class SlurmRuntime:
         self.dir = state_dir / "clusters"
         self.files = ClusterFiles(self.dir)
         self.snapshots_dir = state_dir / "lifecycle"
+        self.logs = LogStreams(state_dir)
         self.image = image
         self.join_timeout = join_timeout
 
@@ -164,7 +168,8 @@ class SlurmRuntime:
         group = cluster.spec.group(node.group)
         if group is None:
             raise NodeBootError(f"instance group {node.group} no longer exists")
-        volumes = (STATE_VOLUME, HOME_VOLUME) if group.node_type == NodeType.CONTROLLER else (HOME_VOLUME,)
+        shared = (HOME_VOLUME, FSX_VOLUME)
+        volumes = (STATE_VOLUME, *shared) if group.node_type == NodeType.CONTROLLER else shared
         image = image_id or node.image_id
         return InstanceRequest(
             cluster_id=cluster.cluster_id,
@@ -176,6 +181,9 @@ class SlurmRuntime:
             volumes=volumes,
             labels={"slurmpod/cluster": cluster.name, "slurmpod/group": node.group},
             address=node.data.get("address") if group.node_type == NodeType.CONTROLLER else None,
+            # served by the node's instance metadata (IMDS) as on EC2
+            metadata={"region": cluster.region, "availability-zone": f"{cluster.region}a",
+                      "account-id": cluster.account_id},
         )
 
     # ---- the ClusterRuntime protocol ----------------------------------------------------------------
