@@ -11,6 +11,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS=(slurmctld slurmd slurm-client munge iproute2 util-linux procps iputils-ping openssh-client
+      mmdebstrap  # builds the nodes' root filesystem images (slurmpod images build)
       slurmdbd mariadb-server  # accounting: run inside each cluster's accounting host, never on this host
       openssh-server  # ssh provider tests: sshd runs only inside test hosts (namespaces), never on this host
       postgresql python3 python3-venv python3-pip ca-certificates logrotate
@@ -80,4 +81,12 @@ echo "== installing slurmpod into $VENV"
 # Playwright's Python package only: never its own browser download (the tests use Debian's chromium)
 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install -q -e ".[test,ssh,demo,bench,dev]"
 ln -sf "$VENV/bin/slurmpod" /usr/local/bin/slurmpod
+# The default node image: a Debian bookworm root filesystem (Slurm, munge, systemd, sudo, ...) + slurmpod's node
+# layer, built once into the host-wide image store (${SLURMPOD_IMAGE_STORE:-/var/lib/slurmpod/images}) and reused
+# by every state dir (the demo's, each test's). Skipped when the store has it for the current recipe version;
+# apt's downloads are cached in /var/cache/slurmpod/apt. SLURMPOD_SKIP_IMAGE_BUILD=1 skips this step.
+if [ "${SLURMPOD_SKIP_IMAGE_BUILD:-0}" != 1 ]; then
+  echo "== default node image"
+  "$VENV/bin/slurmpod" images build --default --store-only --suite bookworm
+fi
 echo "== ready: $("$VENV/bin/slurmpod" --help | head -n 1)"

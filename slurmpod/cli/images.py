@@ -128,6 +128,8 @@ def _make(args: argparse.Namespace, images: Any, catalog: Any) -> int:
             manifest = found
             print(f"default image {manifest.id} ({manifest.suite}, Slurm {manifest.slurm_version}, recipe "
                   f"{RECIPE_VERSION}) is already built in {images.root}; nothing to do")
+            if catalog is None:
+                return 0
         else:
             req = BuildRequest(suite=args.suite, packages=packages, script=Path(args.script) if args.script else None,
                                release=release, description=args.description or "",
