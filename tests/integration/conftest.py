@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +38,27 @@ def local_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             cleanup(state)
 
 
-@pytest.fixture
-def local_server(local_state: Path) -> Iterator[ServerProcess]:
-    """A real server process on the local provider; stopped (and its nodes cleaned) even on failure."""
-    srv = ServerProcess(local_state, free_port(), "--provider", "local")
+@contextmanager
+def running_server(state: Path, *extra: str) -> Iterator[ServerProcess]:
+    """A real server process on the local provider (``extra``: more server options); its clusters deleted and the
+    server stopped even on failure."""
+    srv = ServerProcess(state, free_port(), "--provider", "local", *extra)
     srv.start()
     try:
         yield srv
     finally:
         _delete_all(srv)
         srv.stop()
-        log = local_state / "server.log"
+        log = state / "server.log"
         if log.exists():
             print("---- server log tail ----\n" + "\n".join(log.read_text().splitlines()[-40:]))
+
+
+@pytest.fixture
+def local_server(local_state: Path) -> Iterator[ServerProcess]:
+    """A real server process on the local provider; stopped (and its nodes cleaned) even on failure."""
+    with running_server(local_state) as srv:
+        yield srv
 
 
 def _delete_all(srv: ServerProcess) -> None:

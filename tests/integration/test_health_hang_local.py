@@ -16,8 +16,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.conftest import _delete_all, in_node
-from tests.serverproc import ServerProcess, free_port, seed_groups, wait_status
+from tests.integration.conftest import in_node, running_server
+from tests.serverproc import ServerProcess, seed_groups, wait_status
 
 pytestmark = pytest.mark.integration
 
@@ -27,15 +27,12 @@ PASS = "slurmpod_reconcile_pass_duration_seconds"
 
 @pytest.fixture
 def server(local_state: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(local_state, free_port(), "--provider", "local", "--accounting", "none")
-    srv.start()
-    try:
-        yield srv
-    finally:
-        for name in ("sinfo", "scontrol"):  # let the hung cluster be deleted normally
-            in_node(local_state, "hung", None, "rm", "-f", f"/usr/local/bin/{name}")
-        _delete_all(srv)
-        srv.stop()
+    with running_server(local_state, "--accounting", "none") as srv:
+        try:
+            yield srv
+        finally:
+            for name in ("sinfo", "scontrol"):  # let the hung cluster be deleted normally
+                in_node(local_state, "hung", None, "rm", "-f", f"/usr/local/bin/{name}")
 
 
 def _passes(srv: ServerProcess) -> dict[str, float]:

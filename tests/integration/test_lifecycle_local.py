@@ -219,7 +219,8 @@ def test_lifecycle_scripts_on_real_nodes(local_server, tmp_path):
         r = on_node(state, cluster_id, g, iid, "bash", "-c",
                     f"cat /root/slurmpod-lc/{script}.txt; echo; echo markers=$(cd /root && ls -d marker-* | "
                     "tr '\\n' ' '); echo lifecycle_log=$(grep -c 'slurmpod: running' "
-                    "/var/log/provision/provisioning.log); grep -o 'sha256:[0-9a-f]*' /var/log/provision/provisioning.log "
+                    "/var/log/provision/provisioning.log); "
+                    "grep -o 'sha256:[0-9a-f]*' /var/log/provision/provisioning.log "
                     "| sort -u | sed 's/^/logdigest=/'")
         assert r.returncode == 0, r.stderr
         info = kv(r.stdout)

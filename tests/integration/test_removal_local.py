@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import _delete_all, in_node
-from tests.serverproc import ServerProcess, free_port, seed_groups, wait_status
+from tests.integration.conftest import in_node, running_server
+from tests.serverproc import ServerProcess, seed_groups, wait_status
 
 pytestmark = pytest.mark.integration
 
@@ -20,14 +20,8 @@ DRAIN = 8
 
 @pytest.fixture
 def drain_server(local_state: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(local_state, free_port(), "--provider", "local", "--accounting", "none",
-                        "--update-drain-timeout", str(DRAIN))
-    srv.start()
-    try:
+    with running_server(local_state, "--accounting", "none", "--update-drain-timeout", str(DRAIN)) as srv:
         yield srv
-    finally:
-        _delete_all(srv)
-        srv.stop()
 
 
 def _events(c: Any, name: str) -> list[str]:

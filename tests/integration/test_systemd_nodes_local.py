@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import _delete_all, in_node
-from tests.serverproc import ServerProcess, free_port, seed_groups, wait_status
+from tests.integration.conftest import in_node, running_server
+from tests.serverproc import ServerProcess, seed_groups, wait_status
 
 pytestmark = pytest.mark.integration
 
@@ -40,13 +40,8 @@ def image_server(local_state: Path) -> Iterator[tuple[ServerProcess, str]]:
     r = subprocess.run([sys.executable, "-m", "slurmpod.cli", "images", "register", "--state-dir", str(local_state),
                         image], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    srv = ServerProcess(local_state, free_port(), "--provider", "local", "--accounting", "none")
-    srv.start()
-    try:
+    with running_server(local_state, "--accounting", "none") as srv:
         yield srv, image
-    finally:
-        _delete_all(srv)
-        srv.stop()
 
 
 def _sh(state: Path, group: str | None, script: str) -> str:
