@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmpod.providers.local.commands import host_run
+from slurmpod.providers.local.holder import node_cgroup, remove_cgroup
 from slurmpod.providers.local.layout import NETNS_PREFIX, Layout, link_alias
 from slurmpod.providers.local.netns import netns_inode
 from slurmpod.providers.local.pkgproxy import PackageProxy, PackageProxyError
@@ -45,12 +46,14 @@ class Leftovers:
     links: list[str] = field(default_factory=list)
     mounts: list[str] = field(default_factory=list)
     dirs: list[Path] = field(default_factory=list)
+    cgroups: list[Path] = field(default_factory=list)  # systemd nodes' cgroups in the host's cgroup2 tree
     proxy: str = ""  # the state dir's package proxy, when it runs (pkgproxy.py)
 
     def describe(self) -> list[str]:
         return ([p.describe() for p in self.processes]
                 + [f"netns {n}" for n in self.netns] + [f"link {name}" for name in self.links]
                 + [f"mount {m}" for m in self.mounts] + [f"dir {d}" for d in self.dirs]
+                + [f"cgroup {c}" for c in self.cgroups]
                 + ([self.proxy] if self.proxy else []))
 
 
@@ -130,6 +133,10 @@ def _scan(state_dir: Path, proc: ProcFS | None = None,
 
     if layout.clusters.is_dir():
         found.dirs.extend(sorted(p for p in layout.clusters.iterdir()))
+        for inst in sorted(layout.clusters.glob("*/instances/*")):
+            cgroup = node_cgroup(inst.name)
+            if cgroup is not None and cgroup.is_dir():
+                found.cgroups.append(cgroup)
     return found
 
 
@@ -288,6 +295,8 @@ def cleanup_report(state_dir: Path, *, dry_run: bool = False, grace: float = TER
     for name in found.links:
         if Path("/sys/class/net", name).exists():
             host_run(["ip", "link", "del", name], check=False)
+    for cgroup in found.cgroups:
+        remove_cgroup(cgroup)  # empty once its processes are gone
     if not report.survivors:
         for d in found.dirs:
             shutil.rmtree(d, ignore_errors=True)
