@@ -86,21 +86,19 @@ def _instrument(rec: Recorder) -> None:
     LocalRunner.run = timed_run  # type: ignore[method-assign]
 
 
-def _what_if_wake_after_create() -> None:
-    """What-if (this process only): the reconciler plans again right after recording new instances,
-    instead of waiting for the next interval before booting them."""
-    from slurmpod.reconciler.loop import Reconciler
+def _register(root: Path, image: str) -> str:
+    """Adds an image of the host-wide image store (``default``: the one install.sh built) to ``root``."""
+    import subprocess
+    import sys
 
-    create = Reconciler._create_nodes
-
-    def create_and_wake(self: Any, cluster: Any, action: Any) -> None:
-        create(self, cluster, action)
-        self.wake()
-
-    Reconciler._create_nodes = create_and_wake  # type: ignore[method-assign]
+    res = subprocess.run([sys.executable, "-m", "slurmpod.cli", "images", "register", "--state-dir", str(root),
+                          image], capture_output=True, text=True, timeout=120, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"images register {image}: {res.stderr.strip()}")
+    return res.stdout.split()[1]  # "registered ami-… release …"
 
 
-def profile_once(workdir: Path | None = None, *, wake_after_create: bool = False) -> Recorder:
+def profile_once(workdir: Path | None = None, *, image: str | None = None) -> Recorder:
     import uvicorn
 
     from bench.server import BenchServer
@@ -110,9 +108,8 @@ def profile_once(workdir: Path | None = None, *, wake_after_create: bool = False
 
     rec = Recorder()
     _instrument(rec)
-    if wake_after_create:
-        _what_if_wake_after_create()
     root = Path(tempfile.mkdtemp(prefix="slurmpod-profile-", dir=workdir))
+    image_id = _register(root, image) if image else None
     port = free_port()
     settings = Settings(state_dir=root, port=port, provider="local")
     server = build_server(settings)
@@ -126,7 +123,11 @@ def profile_once(workdir: Path | None = None, *, wake_after_create: bool = False
         while not uv.started and time.monotonic() < deadline:
             time.sleep(0.02)
         rec.t0 = time.monotonic()
-        client.create_cluster(ClusterName="bench-profile", InstanceGroups=seed_groups(2))
+        groups = seed_groups(2)
+        for g in groups:
+            if image_id:
+                g["ImageId"] = image_id
+        client.create_cluster(ClusterName="bench-profile", InstanceGroups=groups)
         while client.describe_cluster(ClusterName="bench-profile")["ClusterStatus"] not in ("InService", "Failed"):
             time.sleep(POLL)
         print(f"InService after {time.monotonic() - rec.t0:.2f}s")
@@ -155,10 +156,10 @@ def render(rec: Recorder) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
     p.add_argument("--workdir", type=Path, default=None)
-    p.add_argument("--what-if-wake-after-create", action="store_true",
-                   help="patch (in this process) the reconciler to plan again right after creating instances")
+    p.add_argument("--image", default=None, metavar="AMI|default",
+                   help="boot the nodes from this image of the image store (default: the built-in host image)")
     args = p.parse_args()
-    print(render(profile_once(args.workdir, wake_after_create=args.what_if_wake_after_create)))
+    print(render(profile_once(args.workdir, image=args.image)))
     return 0
 
 

@@ -63,12 +63,22 @@ def journal(runner: CommandRunner, unit: str, lines: int = control.LOG_TAIL_LINE
     return r.stdout if r.returncode == 0 else ""
 
 
+def enable(runner: CommandRunner, unit: str) -> None:
+    """What ``systemctl enable`` does for a ``WantedBy=multi-user.target`` unit, without the daemon-reload it
+    implies (measured: ~0.4-1 s per call in a node)."""
+    control._check(runner, ["ln", "-sfn", f"/etc/systemd/system/{unit}.service"
+                            if control._run(runner, ["test", "-e", f"/etc/systemd/system/{unit}.service"],
+                                            timeout=10).returncode == 0 else f"/lib/systemd/system/{unit}.service",
+                            f"/etc/systemd/system/multi-user.target.wants/{unit}.service"])
+
+
 def start(runner: CommandRunner, unit: str) -> None:
-    """Enables and (re)starts ``unit`` unless it is active (a failed one is reset first)."""
+    """Enables and starts ``unit`` unless it is active (a failed one is reset first)."""
     if active(runner, unit):
         return
     systemctl(runner, "reset-failed", unit, check=False)
-    systemctl(runner, "enable", "--now", unit)
+    enable(runner, unit)
+    systemctl(runner, "start", unit)
 
 
 def stop(runner: CommandRunner, comm: str) -> bool:
@@ -83,7 +93,7 @@ def stop(runner: CommandRunner, comm: str) -> bool:
 def start_munge(runner: CommandRunner, key: bytes) -> None:
     control.write_file(runner, control.MUNGE_KEY, key, 0o400, "munge")
     systemctl(runner, "reset-failed", "munge", check=False)
-    systemctl(runner, "enable", "munge")
+    enable(runner, "munge")
     systemctl(runner, "restart", "munge")
 
 
