@@ -78,11 +78,3 @@ class LogStreams:
     def read(self, cluster_id: str, stream: str) -> str:
         path = self._path(cluster_id, stream)
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-
-    def delete_cluster(self, cluster_id: str) -> None:
-        """Logs outlive their nodes but not the state dir; DeleteCluster keeps them too (as CloudWatch does)."""
-        base = self.root / cluster_id
-        if _PART.match(cluster_id) and base.is_dir():
-            for p in sorted(base.rglob("*"), key=lambda q: len(q.parts), reverse=True):
-                p.unlink() if p.is_file() else p.rmdir()
-            base.rmdir()

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurmpod import ids
 from slurmpod.clock import Clock
@@ -29,6 +29,11 @@ log = logging.getLogger("slurmpod.reconciler")
 
 #: image id (None = latest) -> (image id, release)
 ImageLookup = Callable[[str | None], tuple[str, str]]
+
+
+def with_topology(cluster: ClusterRecord, topology: str) -> ClusterRecord:
+    """The cluster recording that its controllers run the slurm.conf topology ``topology`` (a digest)."""
+    return replace(cluster, applied_topology=topology)
 
 
 @dataclass(frozen=True)

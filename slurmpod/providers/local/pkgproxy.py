@@ -302,6 +302,13 @@ class PackageProxy:
 
     def close(self) -> None:
         """Stops the process (ours only); the address list stays for ``resume``."""
+        self._halt(forget=False)
+
+    def reset(self) -> None:
+        """``close`` and forget every address (the state dir's clusters are gone)."""
+        self._halt(forget=True)
+
+    def _halt(self, *, forget: bool) -> None:
         if not self._exists():
             return
         with self._locked() as rec:
@@ -309,16 +316,8 @@ class PackageProxy:
             if pid:
                 self._stop(pid, rec.start)
             rec.pid, rec.start, rec.bound = 0, "", []
-
-    def reset(self) -> None:
-        """``close`` and forget every address (the state dir's clusters are gone)."""
-        if not self._exists():
-            return
-        with self._locked() as rec:
-            pid = self._running(rec)
-            if pid:
-                self._stop(pid, rec.start)
-            rec.pid, rec.start, rec.bound, rec.addresses = 0, "", [], []
+            if forget:
+                rec.addresses = []
 
     def status(self) -> tuple[int, list[str]]:
         """(PID, addresses it listens on) of the running proxy, or (0, []). Creates nothing."""

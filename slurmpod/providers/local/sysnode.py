@@ -7,6 +7,7 @@ apt/pip/profile settings), and the wait until systemd finished starting (``is-sy
 
 from __future__ import annotations
 
+import functools
 import logging
 import subprocess
 import time
@@ -32,9 +33,15 @@ def systemd_image(image_root: str) -> bool:
     return Path(image_root).resolve() != Path("/")
 
 
+@functools.lru_cache(maxsize=1)
+def _ca_bundle() -> str | None:
+    """The host's CA certificates (~200 KB), read once per process rather than at every node boot."""
+    return host_ca_bundle()
+
+
 def node_files(subnet: str) -> list[list[object]]:
     """``[[node_path, text, mode], ...]`` nodeinit writes at every boot: the package proxy settings."""
-    files = node_proxy_files(netns.gateway_ip(subnet), subnet, ca_bundle=host_ca_bundle())
+    files = node_proxy_files(netns.gateway_ip(subnet), subnet, ca_bundle=_ca_bundle())
     return [[path, text, 0o644] for path, text in sorted(files.items())]
 
 

@@ -19,16 +19,12 @@ from slurmpod.errors import VersionConflict
 from slurmpod.observability import metrics
 from slurmpod.reconciler import plan as p
 from slurmpod.reconciler.runtime import NodeBootError
-from slurmpod.reconciler.work import Context, Park
+from slurmpod.reconciler.work import Context, Park, with_topology
 
 log = logging.getLogger("slurmpod.reconciler")
 
 #: the daemons gate is closed (no Running controller yet, or slurm.conf behind): run again later
 GATE_CLOSED = Park(0.0)
-
-
-def _with_topology(cluster: ClusterRecord, topology: str) -> ClusterRecord:
-    return replace(cluster, applied_topology=topology)
 
 
 def _gate_open(ctx: Context, cluster: ClusterRecord, node: NodeRecord) -> bool:
@@ -86,7 +82,7 @@ def run_phases(ctx: Context, cluster: ClusterRecord, node: NodeRecord, *, resume
             current = ctx.store.update_node(current, evs)
             dirty = False
         if topology and record_topology:
-            ctx.update_cluster_with(cid, functools.partial(_with_topology, topology=str(topology)))
+            ctx.update_cluster_with(cid, functools.partial(with_topology, topology=str(topology)))
     return current
 
 

@@ -11,8 +11,7 @@ from slurmpod.domain.model import ClusterRecord
 from slurmpod.domain.status import ClusterStatus, EventLevel
 from slurmpod.domain.transitions import cluster_to
 from slurmpod.reconciler.runtime import TopologyDriftError
-from slurmpod.reconciler.work import Context, Park
-from slurmpod.reconciler.workers.boot import _with_topology
+from slurmpod.reconciler.work import Context, Park, with_topology
 
 log = logging.getLogger("slurmpod.reconciler")
 
@@ -26,7 +25,7 @@ def apply_topology(ctx: Context, cluster_id: str) -> Park | None:
     except TopologyDriftError as exc:
         drift_detected(ctx, cluster_id, exc)
         return None
-    ctx.update_cluster_with(cluster_id, functools.partial(_with_topology, topology=digest))
+    ctx.update_cluster_with(cluster_id, functools.partial(with_topology, topology=digest))
     ctx.add_events(cluster, ev.slurm_reconfigured())
     log.info("cluster %s: slurm topology applied (%s)", cluster.name, digest[:12])
     return None
