@@ -170,6 +170,7 @@ class ClusterService:
     def create(self, caller: Caller, spec: ClusterSpec) -> ClusterRecord:
         findings = validate_create(spec, strict=self.strict) + schedule_findings(spec.instance_groups, self.clock.now())
         findings += self._secret_findings(caller, spec)
+        findings += self._image_findings(spec.instance_groups)
         if findings:
             raise ValidationException(validation_message(findings))
         if self.store.find_cluster(caller.account_id, spec.name):
@@ -219,6 +220,7 @@ class ClusterService:
             )
             findings += schedule_findings(requested.instance_groups, self.clock.now())
             findings += self._secret_findings(caller, requested)
+            findings += self._image_findings(requested.instance_groups, cur.spec)
             if findings:
                 raise ValidationException(validation_message(findings))
             if cur.status != ClusterStatus.IN_SERVICE:
@@ -260,6 +262,24 @@ class ClusterService:
             return ["AccountingDatabase is not supported by this server's provider."]
         problem = self.secret_check(adb.secret_arn, caller.account_id)
         return [problem] if problem else []
+
+    def _image_findings(self, groups: Sequence[InstanceGroupSpec], current: ClusterSpec | None = None) -> list[str]:
+        """An ImageId that is not in the image catalogue (``default`` always is); a group keeping its current
+        ImageId is not checked again (UpdateCluster repeats it)."""
+        if self.images is None:
+            return []
+        out: list[str] = []
+        for g in groups:
+            if g.image_id in (None, "", "default"):
+                continue
+            cur = current.group(g.name) if current is not None else None
+            if cur is not None and cur.image_id == g.image_id:
+                continue
+            try:
+                self.images.resolve(g.image_id)
+            except ImageError as exc:
+                out.append(f"Instance group {g.name}: {exc}")
+        return out
 
     def _legacy_roles(
         self, current: ClusterSpec, requested: ClusterSpec, infos: Mapping[str, SnapshotInfo]
