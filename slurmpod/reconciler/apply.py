@@ -124,7 +124,18 @@ def finish_software_update(ctx: Context, cluster: ClusterRecord,
                            action: rolling.FinishSoftwareUpdate) -> ClusterRecord:
     su = cluster.software_update
     groups = su.groups if su else ()
+    spec = cluster.spec
+    if su is not None and action.status == SoftwareUpdateStatus.SUCCEEDED:
+        # the groups now run the target: a group that names an image (or would default to another one) names the
+        # target from now on, so DesiredImageId and nodes launched later follow the update (a rollback keeps it)
+        latest = ctx.image_lookup(None)[0]
+        spec = spec.with_groups(tuple(
+            replace(g, image_id=su.target_image)
+            if g.name in groups and g.image_id != su.target_image
+            and ((g.image_id not in (None, "", "default")) or su.target_image != latest) else g
+            for g in spec.instance_groups))
     upd = cluster_to(cluster, ClusterStatus.IN_SERVICE, software_update=None, failure_message=action.failure_message,
+                     spec=spec,
                      software_update_status={**cluster.software_update_status, **{g: action.status for g in groups}})
     stored = ctx.store.update_cluster(upd, ctx.events(upd, action.events))
     log.info("cluster %s: SystemUpdating -> InService (software update %s)", cluster.name, action.status)

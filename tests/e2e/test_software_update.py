@@ -64,6 +64,36 @@ def test_rolling_update_in_batches(srv):
     assert any(t == "UpdateClusterSoftware completed successfully for IG compute-group in Cluster su." for t in texts)
 
 
+def test_group_naming_an_image_follows_the_update(srv):
+    """A group whose spec names an ImageId names the target after a successful update: DesiredImageId, the
+    version status and nodes launched later follow it (they would boot the old image otherwise)."""
+    c = srv.client()
+    first = _publish(srv)
+    groups = seed_groups(1)
+    for g in groups:
+        g["ImageId"] = first
+    c.create_cluster(ClusterName="pin", InstanceGroups=groups)
+    wait_status(c, "pin", {"InService"})
+    second = _publish(srv)
+    c.update_cluster_software(ClusterName="pin", ImageId=second)
+    d = wait_status(c, "pin", {"InService"}, timeout=60)
+    assert {g["CurrentImageId"] for g in d["InstanceGroups"]} == {second}
+    assert {g["DesiredImageId"] for g in d["InstanceGroups"]} == {second}
+    assert {g["ImageVersionStatus"] for g in d["InstanceGroups"]} == {"UpToDate"}
+    # groups that omit ImageId keep the one their spec names: the update's target now
+    c.update_cluster(ClusterName="pin", InstanceGroups=[
+        {**{k: v for k, v in g.items() if k != "ImageId"},
+         "InstanceCount": 2 if g["InstanceGroupName"] == "compute-group" else g["InstanceCount"]} for g in groups])
+    deadline = time.monotonic() + 30
+    while len(nodes := c.list_cluster_nodes(ClusterName="pin", InstanceGroupNameContains="compute")
+              ["ClusterNodeSummaries"]) < 2 or any(n["InstanceStatus"]["Status"] != "Running" for n in nodes):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    for n in nodes:
+        assert c.describe_cluster_node(ClusterName="pin", NodeId=n["InstanceId"])["NodeDetails"]["CurrentImageId"] \
+            == second
+
+
 def test_failed_update_rolls_back(srv):
     c = srv.client()
     c.create_cluster(ClusterName="rb", InstanceGroups=seed_groups(3))
