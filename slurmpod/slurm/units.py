@@ -21,6 +21,7 @@ SLURMD_UNIT = "/etc/systemd/system/slurmd.service"
 #: the image's pristine unit (with the ${SLURMD_OPTIONS} placeholder), kept before anything renders it
 SLURMD_TEMPLATE = "/etc/slurmpod/slurmd.service.in"
 SLURMD_ARGS = "/etc/slurmpod/slurmd.args"
+SLURMD_ENV = "/etc/slurmpod/slurmd.env"  # the node layer's EnvironmentFile of slurmd.service
 SLURMD_WRAPPER = "/opt/slurm/sbin/slurmd"
 PLACEHOLDER = "${SLURMD_OPTIONS}"
 #: daemon (process name) -> its unit
@@ -29,10 +30,13 @@ UNITS = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "slurm
 
 WRAPPER = """#!/bin/sh
 # slurmpod: Debian's slurmd, plus this node's dynamic-node arguments (one per line in /etc/slurmpod/slurmd.args)
-# unless the caller gave -Z itself.
+# unless the caller gave -Z itself (then its arguments are passed on as they are).
 for a in "$@"; do [ "$a" = "-Z" ] && exec /usr/sbin/slurmd "$@"; done
+# ${SLURMD_OPTIONS} filled from /etc/slurmpod/slurmd.env arrives as one word: split it (and drop an empty one)
+set -f
+set -- $*
 if [ -r /etc/slurmpod/slurmd.args ]; then
-  set -f; old_ifs=$IFS; IFS='
+  old_ifs=$IFS; IFS='
 '
   set -- "$@" $(cat /etc/slurmpod/slurmd.args)
   IFS=$old_ifs
@@ -112,10 +116,23 @@ def prepare_slurmd(runner: CommandRunner, node_conf: str | None) -> None:
 
 
 def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], node_conf: str) -> None:
-    """Renders slurmd.service with ``--conf-server`` (as start_slurm.sh does) and enables it; a running slurmd
-    started with another conf-server list is restarted (job steps survive a slurmd restart)."""
+    """Starts slurmd with ``--conf-server`` (as start_slurm.sh's envsubst would) and enables it; a running slurmd
+    started with another conf-server list is restarted (job steps survive a slurmd restart).
+
+    A unit that still has the ``${SLURMD_OPTIONS}`` placeholder and reads ``SLURMD_ENV`` (the node layer's) gets
+    the options from that file: no unit rewrite, no daemon-reload (~0.2 s of every compute node's boot). A unit a
+    lifecycle script rendered, or an image's without that file, is rendered from the template as before."""
     prepare_slurmd(runner, node_conf)
     options = f"--conf-server {','.join(conf_servers)}"
+    live = control._run(runner, ["cat", SLURMD_UNIT], timeout=10).stdout
+    if PLACEHOLDER in live and f"EnvironmentFile=-{SLURMD_ENV}" in live:
+        env = f"SLURMD_OPTIONS={options}\n"
+        if control._run(runner, ["cat", SLURMD_ENV], timeout=10).stdout != env:
+            control.write_file(runner, SLURMD_ENV, env.encode(), 0o644)
+            if active(runner, "slurmd"):
+                systemctl(runner, "restart", "slurmd")
+        start(runner, "slurmd")
+        return
     template = control._run(runner, ["cat", SLURMD_TEMPLATE], timeout=10)
     if template.returncode == 0 and PLACEHOLDER in template.stdout:
         unit = template.stdout.replace(PLACEHOLDER, options)
@@ -124,7 +141,6 @@ def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], node_conf: 
                 f"[Service]\nExecStart={SLURMD_WRAPPER} -D -s {options}\nRestart=on-failure\nKillMode=process\n"
                 "LimitNOFILE=131072\nLimitMEMLOCK=infinity\nLimitSTACK=infinity\nDelegate=yes\n"
                 "[Install]\nWantedBy=multi-user.target\n")
-    live = control._run(runner, ["cat", SLURMD_UNIT], timeout=10).stdout
     if live != unit:
         control.write_file(runner, SLURMD_UNIT, unit.encode(), 0o644)
         systemctl(runner, "daemon-reload")

@@ -4,6 +4,7 @@ node layer's file steps on a fake tree (units rendered from Debian's stock units
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -227,6 +228,35 @@ def test_render_unit_simple_and_notify() -> None:
     assert nodelayer.notify_mode(TRIXIE_SLURMCTLD) and not nodelayer.notify_mode(BOOKWORM_SLURMD)
     with pytest.raises(nodelayer.LayerError):
         nodelayer.render_unit("[Unit]\n", daemon="x", args="", condition=None, keep_env=True)
+
+
+def test_slurmd_unit_survives_a_plain_envsubst_and_reads_its_env_file() -> None:
+    """AWS's start_slurm.sh renders slurmd.service with a plain envsubst: nothing but the placeholder may hold a
+    ``$`` (the stock ExecReload's $MAINPID would be blanked); slurmpod itself fills the placeholder from
+    ``SLURMD_ENV`` without rewriting the unit."""
+    unit = nodelayer.render_unit(BOOKWORM_SLURMD, daemon="slurmd", args="${SLURMD_OPTIONS}", condition=None,
+                                 keep_env=False, envsubst_safe=True, env_file=nodelayer.SLURMD_ENV)
+    assert "ExecReload" not in unit and unit.count("$") == 1 and "${SLURMD_OPTIONS}" in unit
+    assert f"EnvironmentFile=-{nodelayer.SLURMD_ENV}\nExecStart=/opt/slurm/sbin/slurmd -D -s ${{SLURMD_OPTIONS}}\n" \
+        in unit
+    r = subprocess.run(["envsubst"], input=unit, capture_output=True, text=True, timeout=10,
+                       env={"SLURMD_OPTIONS": "--conf-server 10.0.0.1:6817"})
+    if r.returncode == 0:  # gettext-base is there
+        assert "ExecStart=/opt/slurm/sbin/slurmd -D -s --conf-server 10.0.0.1:6817\n" in r.stdout
+        assert r.stdout.replace("--conf-server 10.0.0.1:6817", "${SLURMD_OPTIONS}") == unit
+
+
+def test_mariadb_template_is_a_sparse_copy(tmp_path: Path) -> None:
+    datadir = tmp_path / "var/lib/mysql"
+    (datadir / "mysql").mkdir(parents=True)
+    with (datadir / "ib_logfile0").open("wb") as f:
+        f.truncate(64 << 20)
+    nodelayer.mariadb_template(tmp_path)
+    copy = tmp_path / nodelayer.MARIADB_TEMPLATE.lstrip("/")
+    assert (copy / "mysql").is_dir() and (copy / "ib_logfile0").stat().st_size == 64 << 20
+    assert (copy / "ib_logfile0").stat().st_blocks * 512 < 1 << 20
+    nodelayer.mariadb_template(tmp_path / "none")  # no initialised datadir: nothing to do
+    assert not (tmp_path / "none").exists()
 
 
 class FakeChroot:
