@@ -93,7 +93,29 @@ def database_secret_check(secrets: SecretStore) -> Callable[[str, str], str | No
     return check
 
 
-def build_runtime(settings: Settings) -> tuple[ClusterRuntime, Snapshotter | None]:
+def node_image(settings: Settings, catalog: ImageCatalog) -> Image:
+    """The image of the local provider's nodes when a group names none, and of accounting hosts: the image store's
+    default root filesystem (or ``--node-image AMI``) registered in this state dir's catalogue, or the legacy
+    built-in host-root image (``--node-image builtin``). A missing image stops the server with what to do."""
+    from slurmpod.lifecycle.images import ImageError
+    from slurmpod.lifecycle.imagestore import ImageStore
+    from slurmpod.providers.base import SetupError
+
+    choice = settings.node_image or "default"
+    if settings.provider == "simulated" or choice == "builtin":
+        return BUILTIN
+    try:
+        registered = catalog.get(choice)
+        if registered is not None and registered.kind == "rootfs" and Path(registered.root).is_dir():
+            return registered
+        return catalog.adopt(ImageStore(), choice, Path(settings.state_dir))
+    except ImageError as exc:
+        raise SetupError(f"{exc} Build one with `slurmpod images build --default` (scripts/install.sh does), or "
+                         "start the server with --node-image builtin (legacy nodes that overlay this host's /)."
+                         ) from exc
+
+
+def build_runtime(settings: Settings, image: Image = BUILTIN) -> tuple[ClusterRuntime, Snapshotter | None]:
     if settings.provider == "simulated":
         from slurmpod.providers.simulated import SimulatedProvider
         from slurmpod.reconciler.simulated import SimulatedRuntime
@@ -107,11 +129,12 @@ def build_runtime(settings: Settings) -> tuple[ClusterRuntime, Snapshotter | Non
             seed=settings.simulated_seed,
         )
         return SimulatedRuntime(provider, BUILTIN.image_id), None
-    return build_local_runtime(settings)
+    return build_local_runtime(settings, image)
 
 
-def build_local_runtime(settings: Settings) -> tuple[ClusterRuntime, Snapshotter]:
-    """The default runtime: the local namespace provider, the built-in image, file/s3/https snapshots."""
+def build_local_runtime(settings: Settings, image: Image = BUILTIN) -> tuple[ClusterRuntime, Snapshotter]:
+    """The default runtime: the local namespace provider, nodes of ``image`` unless their group names another one,
+    file/s3/https snapshots."""
     import json
 
     from slurmpod.domain.legacy import PP_FILE
@@ -130,7 +153,8 @@ def build_local_runtime(settings: Settings) -> tuple[ClusterRuntime, Snapshotter
     secret_store = SecretStore(state_dir)
     # the accounting host is slurmpod's own service host: always on the local provider, never a pool host
     service_provider = provider.local if isinstance(provider, PooledProvider) else provider
-    runtime = SlurmRuntime(provider, state_dir, BUILTIN, accounting=AccountingService(service_provider, state_dir),
+    runtime = SlurmRuntime(provider, state_dir, image,
+                           accounting=AccountingService(service_provider, state_dir, image=image),
                            internal_accounting=getattr(settings, "accounting", "local") == "local",
                            database_secret=secret_store.database_credentials,
                            remote_type=provider.ssh.handles if isinstance(provider, PooledProvider) else None)
@@ -162,13 +186,13 @@ def build_server(settings: Settings) -> Server:
     Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
     store = SqlStore(settings.database_url)
     clock = SystemClock()
-    runtime, snapshotter = build_runtime(settings)
+    catalog = ImageCatalog(store)
+    runtime, snapshotter = build_runtime(settings, node_image(settings, catalog))
     if snapshotter is not None:
         snapshotter = confine_file_sources(snapshotter, Path(settings.state_dir))
     initial_capacity = {**settings.capacity, **settings.simulated_capacity}
     if initial_capacity:
         store.put_setting(CAPACITY_KEY, initial_capacity)
-    catalog = ImageCatalog(store)
 
     def image_of(image_id: str | None) -> Image:
         return (catalog.get(image_id) if image_id else None) or catalog.latest()

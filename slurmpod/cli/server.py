@@ -57,6 +57,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         simulated_fail_rate=args.simulated_fail_rate,
         local_cidr=args.local_cidr,
         accounting=args.accounting,
+        node_image=args.node_image,
         reconcile_interval=args.reconcile_interval,
         s3_endpoint_url=args.s3_endpoint_url,
         lifecycle_file_roots=tuple(args.lifecycle_file_root or ()),

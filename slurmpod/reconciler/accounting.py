@@ -42,7 +42,7 @@ from slurmpod.providers.base import (
     VolumeMount,
 )
 from slurmpod.slurm import accounting as acct
-from slurmpod.slurm import control
+from slurmpod.slurm import control, units
 from slurmpod.slurm.conf import SLURMDBD_PORT, AccountingConfig
 
 log = logging.getLogger("slurmpod.accounting")
@@ -95,7 +95,9 @@ class AccountingService:
         self._modes: dict[str, str] = {}  # cluster id -> fingerprint of the database its slurmdbd uses
         self._locks: dict[str, threading.Lock] = {}
         self._threads: dict[str, threading.Thread] = {}
+        self._addresses: dict[str, str] = {}  # cluster id -> the accounting host's address (known once launched)
         self._guard = threading.Lock()
+        self._launched = threading.Condition(self._guard)
 
     # ---- public API ---------------------------------------------------------------------------
 
@@ -123,6 +125,27 @@ class AccountingService:
                                  name=f"accounting-{cluster_id}", daemon=True)
             self._threads[cluster_id] = t
             t.start()
+
+    def address(self, cluster_id: str, cluster_name: str, munge_key: bytes,
+                external: ExternalDatabase | None = None) -> AccountingConfig:
+        """Where slurmctld will find slurmdbd, as soon as the accounting host has its address: slurmctld may start
+        before slurmdbd accepts (it connects when slurmdbd is up and sends what it queued meanwhile). Starts
+        ``begin`` if needed; when that fails before the host has an address, ``ensure``'s error is raised."""
+        cfg = self.cached(cluster_id, external)
+        if cfg is not None:
+            return cfg
+        self.begin(cluster_id, cluster_name, munge_key, external)
+        deadline = time.monotonic() + self.ready_timeout
+        with self._launched:
+            while cluster_id not in self._addresses:
+                running = self._threads.get(cluster_id)
+                if running is None or not running.is_alive() or time.monotonic() >= deadline:
+                    break
+                self._launched.wait(0.2)
+            ip = self._addresses.get(cluster_id)
+        if ip is None:
+            return self.ensure(cluster_id, cluster_name, munge_key, external)
+        return AccountingConfig(host_ip=ip, port=SLURMDBD_PORT)
 
     def ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes,
                external: ExternalDatabase | None = None) -> AccountingConfig:
@@ -152,6 +175,8 @@ class AccountingService:
             if inst is None or not inst.alive:
                 return False
             r = self.provider.runner(cluster_id, iid)
+            if self.image.kind == "rootfs":
+                return units.active(r, "slurmdbd")
             return control.read_pid(r, acct.SLURMDBD_PID_FILE, "slurmdbd") is not None
         except ProviderError:
             return False
@@ -161,6 +186,8 @@ class AccountingService:
         with self._lock(cluster_id):
             self._configs.pop(cluster_id, None)
             self._modes.pop(cluster_id, None)
+            with self._guard:
+                self._addresses.pop(cluster_id, None)
             self.provider.terminate(cluster_id, self.instance_id(cluster_id))
             (self.dir / cluster_id / PASSWORD_FILE).unlink(missing_ok=True)
 
@@ -192,14 +219,20 @@ class AccountingService:
 
     def _ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes,
                 external: ExternalDatabase | None) -> AccountingConfig:
+        t0 = time.monotonic()
         self.provider.prepare_cluster(cluster_id)
         inst: ProviderInstance = self.provider.launch(self._request(cluster_id, cluster_name))
+        with self._launched:
+            self._addresses[cluster_id] = inst.ip
+            self._launched.notify_all()
         r = self.provider.runner(cluster_id, inst.instance_id)
+        systemd = units.uses_systemd(r)
         control.start_munge(r, munge_key)
         host = _check(r, ["hostname", "-s"], "hostname").stdout.strip()
+        t1 = time.monotonic()
         if external is None:
             password = self.password(cluster_id)
-            self._ensure_mariadb(r, password)
+            self._ensure_mariadb(r, password, systemd)
             conf = acct.render_slurmdbd_conf(host, password)
         else:
             # the host's own MariaDB (if it ran before the database was attached) is no longer used
@@ -207,14 +240,22 @@ class AccountingService:
             conf = acct.render_slurmdbd_conf(host, external.password, storage_host=external.host,
                                              storage_port=external.port, storage_user=external.user,
                                              storage_loc=external.name)
-        self._ensure_slurmdbd(r, conf, external)
+        t2 = time.monotonic()
+        if systemd:
+            self._ensure_slurmdbd_unit(r, conf, external)
+        else:
+            self._ensure_slurmdbd(r, conf, external)
+        log.info("cluster %s: accounting host up in %.2fs (launch+munge %.2fs, database %.2fs, slurmdbd %.2fs)",
+                 cluster_name, time.monotonic() - t0, t1 - t0, t2 - t1, time.monotonic() - t2)
         return AccountingConfig(host_ip=inst.ip, port=SLURMDBD_PORT)
 
-    def _ensure_mariadb(self, r: CommandRunner, password: str) -> None:
+    def _ensure_mariadb(self, r: CommandRunner, password: str, systemd: bool = False) -> None:
         control.ensure_dir(r, acct.MYSQL_RUN_DIR, 0o755, "mysql")
         control.ensure_dir(r, acct.MYSQL_LOG_DIR, 0o750, "mysql")
         control.ensure_dir(r, acct.MYSQL_DATADIR, 0o750, "mysql")  # the volume's mount point
-        if control.read_pid(r, acct.MYSQL_PID_FILE, "mariadbd") is None:
+        running = (units.active(r, "mariadb") if systemd
+                   else control.read_pid(r, acct.MYSQL_PID_FILE, "mariadbd") is not None)
+        if not running:
             if _run(r, ["test", "-e", acct.INIT_MARKER]).returncode != 0:
                 # never initialised, or an init that died half-way: start from an empty datadir (slurmdbd only
                 # ever starts after the marker exists, so no accounting data is lost; stop a stray one anyway)
@@ -227,12 +268,23 @@ class AccountingService:
                          "pgrep -f '[m]ariadb-install-db' >/dev/null || exit 0; sleep 0.1; done; exit 1"])
                 _check(r, ["find", acct.MYSQL_DATADIR, "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf",
                            "{}", "+"], "clearing the datadir")
-                _check(r, acct.install_db_argv(), "mariadb-install-db", timeout=180)
-            _check(r, acct.background_argv(acct.MYSQL_STDOUT_LOG, acct.mariadbd_argv()), "starting mariadbd")
+                # the image's pristine datadir when it has one (a sparse copy), else mariadb-install-db
+                seeded = _run(r, ["sh", "-c", f'test -d {acct.MARIADB_TEMPLATE}/mysql || exit 3; '
+                                  f'cp -a --sparse=always {acct.MARIADB_TEMPLATE}/. {acct.MYSQL_DATADIR}/'],
+                              timeout=120)
+                if seeded.returncode != 0:
+                    _check(r, acct.install_db_argv(), "mariadb-install-db", timeout=180)
+            if systemd:  # the image's mariadb.service (the node layer's drop-in and settings; not waited for here)
+                units.systemctl(r, "reset-failed", "mariadb", check=False)
+                units.enable(r, "mariadb")
+                units.systemctl(r, "start", "--no-block", "mariadb")
+            else:
+                _check(r, acct.background_argv(acct.MYSQL_STDOUT_LOG, acct.mariadbd_argv()), "starting mariadbd")
         self._wait(r, lambda: _run(r, acct.client_argv(), input=b"SELECT 1;\n").returncode == 0,
                    "mariadbd does not accept connections", acct.MYSQL_ERROR_LOG,
                    lambda: control.read_pid(r, acct.MYSQL_PID_FILE, "mariadbd") is not None
-                   or _run(r, ["pgrep", "-x", "mariadbd"]).returncode == 0)
+                   or _run(r, ["pgrep", "-x", "mariadbd"]).returncode == 0,
+                   unit="mariadb" if systemd else None)
         _check(r, ["touch", acct.INIT_MARKER], "marking the datadir initialised")
         res = _run(r, acct.client_argv(), input=acct.slurm_user_sql(password))
         if res.returncode != 0:
@@ -261,21 +313,47 @@ class AccountingService:
                    what, acct.SLURMDBD_LOG_FILE,
                    lambda: _run(r, ["pgrep", "-x", "slurmdbd"]).returncode == 0)
 
+    def _ensure_slurmdbd_unit(self, r: CommandRunner, text: str, external: ExternalDatabase | None) -> None:
+        """slurmdbd as the image's ``slurmdbd.service`` (Restart=on-failure); a changed conf restarts it."""
+        conf = text.encode()
+        current = _run(r, ["sha256sum", acct.SLURMDBD_CONF])
+        same = current.returncode == 0 and current.stdout.split()[:1] == [hashlib.sha256(conf).hexdigest()]
+        if not same:
+            control.ensure_dir(r, "/etc/slurm")
+            control.ensure_dir(r, "/var/log/slurm", 0o755, "slurm")
+            control.write_file(r, acct.SLURMDBD_CONF, conf, 0o600, "slurm")
+        if not same and units.active(r, "slurmdbd"):
+            units.systemctl(r, "restart", "slurmdbd")
+        else:
+            units.start(r, "slurmdbd")
+        what = f"slurmdbd does not accept connections on port {SLURMDBD_PORT}"
+        if external is not None:
+            what += (f" (it stores into the external database {external.name} at {external.host}:{external.port}: "
+                     "check that it is reachable from the accounting host and the secret's user may use it)")
+        self._wait(r, lambda: _run(r, acct.port_probe_argv(SLURMDBD_PORT)).returncode == 0,
+                   what, acct.SLURMDBD_LOG_FILE, lambda: units.active(r, "slurmdbd"), unit="slurmdbd")
+
     def _wait(self, r: CommandRunner, ready: Callable[[], bool], what: str, log_file: str,
-              running: Callable[[], bool]) -> None:
-        """Polls ``ready`` until ``ready_timeout``; fails early when the process is gone for 2 s."""
+              running: Callable[[], bool], unit: str | None = None) -> None:
+        """Polls ``ready`` until ``ready_timeout``; fails early when the process is gone for 2 s. The failure
+        carries the log's tail (and the unit's journal on a systemd node)."""
         deadline = time.monotonic() + self.ready_timeout
+
+        def tail() -> str:
+            text = control.log_tail(r, log_file)
+            return text + ("\n" + units.journal(r, unit) if unit else "")
+
         gone_since: float | None = None
         while not ready():
             now = time.monotonic()
             if now >= deadline:
-                raise AccountingError(f"{what} after {self.ready_timeout:.0f}s", control.log_tail(r, log_file))
+                raise AccountingError(f"{what} after {self.ready_timeout:.0f}s", tail())
             if running():
                 gone_since = None
             elif gone_since is None:
                 gone_since = now
             elif now - gone_since > 2.0:
-                raise AccountingError(f"{what}: the process exited", control.log_tail(r, log_file))
+                raise AccountingError(f"{what}: the process exited", tail())
             time.sleep(POLL)
 
 

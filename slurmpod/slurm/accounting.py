@@ -27,6 +27,8 @@ MYSQL_ERROR_LOG = f"{MYSQL_LOG_DIR}/mariadbd.err"
 MYSQL_STDOUT_LOG = f"{MYSQL_LOG_DIR}/mariadbd.out"
 MYSQL_PORT = 3306
 #: written into the datadir once ``mariadb-install-db`` and the first start succeeded (crash-safe init)
+#: the image's copy of a freshly initialised datadir (the node layer's ``MARIADB_TEMPLATE``)
+MARIADB_TEMPLATE = "/usr/share/slurmpod/mariadb-datadir"
 INIT_MARKER = f"{MYSQL_DATADIR}/.slurmpod-initialized"
 
 SLURMDBD_CONF = "/etc/slurm/slurmdbd.conf"

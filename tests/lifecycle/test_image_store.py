@@ -385,3 +385,27 @@ def test_import_refuses_a_tree_holding_the_store(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match="contains the image store") as e:
         import_image(ImageStore(tmp_path / "var/images"), tmp_path, print, release="1.0.1")
     assert e.value.code == 2 and not (tmp_path / "var/images").exists()
+
+
+def test_server_node_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's nodes boot the store's default image; without one it refuses to start and says what to do;
+    ``--node-image builtin`` (and the simulated provider) keep the legacy host-root image."""
+    from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
+    from slurmpod.providers.base import SetupError
+    from slurmpod.server import node_image
+    from slurmpod.settings import Settings as ServerSettings
+
+    store = ImageStore(tmp_path / "images")
+    monkeypatch.setenv("SLURMPOD_IMAGE_STORE", str(store.root))
+    local = ServerSettings(state_dir=tmp_path / "state")
+    cat = ImageCatalog(Settings())
+    with pytest.raises(SetupError, match="slurmpod images build --default.*--node-image builtin"):
+        node_image(local, cat)
+    assert cat.releases() == [BUILTIN]  # nothing registered by the refusal
+    assert node_image(ServerSettings(state_dir=tmp_path / "state", node_image="builtin"), cat) == BUILTIN
+    assert node_image(ServerSettings(state_dir=tmp_path / "state", provider="simulated"), cat) == BUILTIN
+    store.set_default(_stored(store, recipe=RECIPE_VERSION))
+    image = node_image(local, cat)
+    assert (image.image_id, image.kind) == (AMI, "rootfs") and cat.latest() == image
+    assert node_image(local, cat) == image  # registered once
+    assert node_image(ServerSettings(state_dir=tmp_path / "state", node_image=AMI), cat) == image
