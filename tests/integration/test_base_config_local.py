@@ -90,6 +90,7 @@ done
 echo "execstart=$(systemctl show slurmd -p ExecStart --value 2>/dev/null | grep -o 'argv\[\]=[^;]*' | head -n 1)"
 echo "aside=$(ls /etc/systemd/system | grep -c _DO_NOT_START_ON_CONTROLLER)"
 echo "logged=$(grep -c 'success: all provisioning steps completed' /var/log/provision/provisioning.log)"
+echo "epilog=$(grep -c '^Epilog=/opt/slurm/etc/scripts/epilog.sh$' /opt/slurm/etc/slurm.conf 2>/dev/null)"
 """.replace("LOGROTATE_FILE", LOGROTATE_FILE)
 
 
@@ -147,6 +148,7 @@ def test_base_config_like_scripts_bring_seed000_in_service(image_server: tuple[S
             assert facts["node_type"] == "controller"
             assert info["slurmctld"] == "enabled/active", info
             assert info["aside"] == "1", info  # slurmd_DO_NOT_START_ON_CONTROLLER.service
+            assert info["epilog"] == "1", info  # the line the script appended survived slurmpod's daemons phase
         else:
             compute_hosts.add(nd["PrivateDnsHostname"])
             assert facts["node_type"] == "compute"
@@ -163,4 +165,13 @@ def test_base_config_like_scripts_bring_seed000_in_service(image_server: tuple[S
     lines = out.stdout.split()
     assert set(lines[:2]) == compute_hosts, lines
     assert lines[2:] == ["alice", "alice"], lines
+    if entry == "OnCreate":  # (at OnInitComplete slurmctld ran before the line was appended: not in force, as on AWS)
+        # the appended Epilog is in force, slurmctld runs it after those jobs on the compute nodes
+        conf = in_node(state, name, "controller-group", "scontrol", "show", "config").stdout
+        assert "/opt/slurm/etc/scripts/epilog.sh" in conf
+        deadline = time.monotonic() + 30
+        while in_node(state, name, "compute-group", "sh", "-c",
+                      "test -s /var/tmp/base-config-like-epilog").returncode:
+            assert time.monotonic() < deadline, "the epilog never ran"
+            time.sleep(0.5)
     print(f"{entry}: checks done after {time.monotonic() - t0:.1f}s")

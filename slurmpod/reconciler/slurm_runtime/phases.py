@@ -39,6 +39,8 @@ from slurmpod.reconciler.runtime import NodeBootError
 from slurmpod.slurm import control, units
 from slurmpod.slurm.conf import (
     DEFAULT_STATE_SAVE_LOCATION,
+    USER_SECTION_MARKER,
+    AccountingConfig,
     conf_value,
     extract_user_lines,
     render_cgroup_conf,
@@ -53,7 +55,9 @@ log = logging.getLogger("slurmpod.runtime")
 #: written on every node before any lifecycle script runs (HyperPod does the same for API-driven clusters)
 PROVISIONING_PARAMETERS_PATH = "/opt/ml/config/provisioning_parameters.json"
 
-LOGROTATE = b"""/var/log/slurm/*.log /var/log/slurmpod/*.log {
+#: slurmpod's own logs (Debian's slurmctld/slurmd/slurmdbd packages rotate /var/log/slurm: naming those files here
+#: too made logrotate skip this whole file as a duplicate)
+LOGROTATE = b"""/var/log/slurmpod/*.log {
     weekly
     rotate 4
     compress
@@ -95,6 +99,11 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     if units.uses_systemd(r):
         units.prepare_slurmd(r, compute_node_conf(group) if group.node_type in (NodeType.COMPUTE, None) else None)
         _default_user_home(r)
+    if group.node_type == NodeType.CONTROLLER:
+        # HyperPod writes an API-driven cluster's slurm.conf before the lifecycle scripts run (AWS's start_slurm.sh
+        # edits /opt/slurm/etc/slurm.conf and starts slurmctld itself); daemons() keeps what they add
+        control.write_controller_conf(r, _controller_conf(rt, cluster, nodes, rt.accounting_address(cluster)),
+                                      render_cgroup_conf())
     image = rt.image_lookup(node.image_id)
     write_node_file(r, "/etc/slurmpod/image", f"{image.image_id} {image.release}\n")
     if image.setup_script:
@@ -191,21 +200,36 @@ def on_init_complete(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord,
     return _script(rt, cluster, node, group, entry)
 
 
+def _controller_conf(rt: SlurmRuntime, cluster: ClusterRecord, nodes: Sequence[NodeRecord],
+                     acct: AccountingConfig | None) -> str:
+    """The slurm.conf a controller starts on: the one it ran (user lines included) when its root volume was
+    replaced, with the current accounting host and controller addresses; else freshly rendered."""
+    saved = rt.files.saved_conf(cluster.cluster_id)
+    applied = cluster.applied_topology == rt.desired_topology(cluster)
+    if saved and ((acct is not None and conf_value(saved, "AccountingStorageHost") != acct.host_ip)
+                  or headnodes.ctld_hosts(saved) != headnodes.ctld_hosts(rt.conf(cluster, nodes, acct))):
+        # the accounting host or a controller (BatchReplace) is at a new address: same conf (user lines
+        # included), new AccountingStorageHost / SlurmctldHost lines
+        saved = render_slurm_conf(replace(rt.topology(cluster, nodes, acct), user_lines=extract_user_lines(saved)))
+    return saved if saved and applied else rt.conf(cluster, nodes, acct)
+
+
 def daemons(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
             nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
     r = rt.runner(cluster, node)
     if group.node_type == NodeType.CONTROLLER:
-        saved = rt.files.saved_conf(cluster.cluster_id)
-        applied = cluster.applied_topology == rt.desired_topology(cluster)
+        # slurmctld's first start needs slurmdbd up ("we have no TRES from it" is fatal without state files)
         acct = rt.ensure_accounting(cluster)
-        if saved and ((acct is not None and conf_value(saved, "AccountingStorageHost") != acct.host_ip)
-                      or headnodes.ctld_hosts(saved) != headnodes.ctld_hosts(rt.conf(cluster, nodes, acct))):
-            # the accounting host or a controller (BatchReplace) is at a new address: same conf (user lines
-            # included), new AccountingStorageHost / SlurmctldHost lines
-            saved = render_slurm_conf(replace(rt.topology(cluster, nodes, acct),
-                                              user_lines=extract_user_lines(saved)))
-        # a controller whose root volume was replaced gets the conf it ran (user lines included) back
-        conf = saved if saved and applied else rt.conf(cluster, nodes, acct)
+        conf = _controller_conf(rt, cluster, nodes, acct)
+        live = r.run(["cat", control.SLURM_CONF], timeout=30)
+        if live.returncode == 0 and live.stdout != conf:
+            # lines the lifecycle scripts added to the conf baseline wrote (AWS's start_slurm.sh appends
+            # Prolog/Epilog) are kept; a slurmctld a script started on the old text is restarted on the new one
+            user = extract_user_lines(live.stdout)
+            if USER_SECTION_MARKER in live.stdout.splitlines() and user != extract_user_lines(conf):
+                conf = render_slurm_conf(replace(rt.topology(cluster, nodes, acct), user_lines=user))
+            if live.stdout != conf and r.run(["pgrep", "-x", "slurmctld"], timeout=10).returncode == 0:
+                control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld", timeout=60)
         ctls = rt.controllers(cluster, nodes)
         if ctls and ctls[0].instance_id != node.instance_id:
             _wait_for_shared_state(r)

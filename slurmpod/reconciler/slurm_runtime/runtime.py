@@ -126,6 +126,14 @@ class SlurmRuntime:
         return self.accounting.ensure(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id),
                                       self.external_db(cluster))
 
+    def accounting_address(self, cluster: ClusterRecord) -> AccountingConfig | None:
+        """Where slurmctld finds slurmdbd, known as soon as the accounting host has its address (its database and
+        slurmdbd may still be starting: ``ensure_accounting`` waits for them)."""
+        if self.accounting is None or not self.wants_accounting(cluster):
+            return None
+        return self.accounting.address(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id),
+                                       self.external_db(cluster))
+
     def accounting_config(self, cluster: ClusterRecord) -> AccountingConfig | None:
         """Where slurmctld finds slurmdbd: the last config of this process, else (after a restart, or when the
         AccountingDatabase changed) ensure()."""

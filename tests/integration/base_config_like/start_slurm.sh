@@ -10,7 +10,15 @@ role=$1
 IFS=, read -r -a ctl_ips <<<"$2"
 units=/etc/systemd/system
 
+# like AWS's prolog/epilog step: a persistent copy on every node, named in the controller's slurm.conf
+mkdir -p /opt/slurm/etc/scripts
+install -m 0755 "$(dirname "$0")/epilog.sh" /opt/slurm/etc/scripts/epilog.sh
+
 if [[ $role == controller ]]; then
+  # slurm.conf is there before OnCreate (API-driven cluster): drop old lines, append ours, then start slurmctld
+  sed -i '/^Epilog=/d' /opt/slurm/etc/slurm.conf
+  printf '\n' >> /opt/slurm/etc/slurm.conf
+  echo "Epilog=/opt/slurm/etc/scripts/epilog.sh" >> /opt/slurm/etc/slurm.conf
   systemctl enable --now slurmctld
   mv "$units/slurmd.service" "$units/slurmd_DO_NOT_START_ON_CONTROLLER.service" \
     || echo "slurmd.service already set aside"
