@@ -84,7 +84,8 @@ ln -sf "$VENV/bin/slurmpod" /usr/local/bin/slurmpod
 # The default node image: a Debian bookworm root filesystem (Slurm, munge, systemd, sudo, ...) + slurmpod's node
 # layer, built once into the host-wide image store (${SLURMPOD_IMAGE_STORE:-/var/lib/slurmpod/images}) and reused
 # by every state dir (the demo's, each test's). Skipped when the store has it for the current recipe version;
-# apt's downloads are cached in /var/cache/slurmpod/apt. SLURMPOD_SKIP_IMAGE_BUILD=1 skips this step.
+# apt's downloads are cached in /var/cache/slurmpod/apt. SLURMPOD_SKIP_IMAGE_BUILD=1 skips this step (the server
+# then needs an image built later, `slurmpod images build --default`, or `--node-image builtin`).
 if [ "${SLURMPOD_SKIP_IMAGE_BUILD:-0}" != 1 ]; then
   echo "== default node image"
   "$VENV/bin/slurmpod" images build --default --store-only --suite bookworm
