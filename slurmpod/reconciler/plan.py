@@ -113,14 +113,14 @@ def controller_groups(spec: ClusterSpec) -> list[str]:
 
 
 def _controllers_ready(spec: ClusterSpec, nodes: Sequence[NodeRecord]) -> bool:
-    """Whether non-controller nodes may start their daemons: a controller is Running, or booting with slurmctld
-    up (its ``daemons`` phase done; it may still wait for the accounting database). Legacy clusters have no
-    roles."""
+    """Whether non-controller nodes may start their daemons: a controller is Running, or has joined (slurmctld
+    answers, the controller list is refreshed) and only its OnInitComplete script is left. Legacy clusters have
+    no roles."""
     ctl_groups = {g.name for g in spec.groups_of(NodeType.CONTROLLER)}
     if not ctl_groups:
         return True
     return any(n.group in ctl_groups and (n.status == InstanceStatus.RUNNING or
-                                          (n.status == InstanceStatus.PENDING and "daemons" in n.phases))
+                                          (n.status == InstanceStatus.PENDING and "joined" in n.phases))
                for n in nodes)
 
 

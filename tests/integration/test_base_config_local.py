@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -136,6 +137,8 @@ def test_base_config_like_scripts_bring_seed000_in_service(image_server: tuple[S
         assert facts["ip"] == nd["PrivatePrimaryIp"] == facts["imds"]["local-ipv4"], facts
         assert facts["group"] == grp and facts["instance_id"] == iid == facts["imds"]["instance-id"], facts
         assert facts["imds"]["ami-id"] == image and facts["sagemaker_cluster"] is True
+        # HyperPod's InstanceName: "<group>-<n>", 1-based (AWS's multi-head setup looks for "<group>-1")
+        assert re.fullmatch(rf"{grp}-[12]", facts["instance_name"] or ""), facts
         if entry == "OnInitComplete":  # the node is in Slurm: /opt/slurm/etc/slurm.conf names the controller
             assert facts["slurm_conf_present"] is True, facts
         # the package, the user (same uid everywhere, home on the shared /home), the logrotate config

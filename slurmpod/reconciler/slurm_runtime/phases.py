@@ -123,9 +123,11 @@ def compute_node_conf(group: InstanceGroupSpec) -> str:
 
 def _default_user_home(r: CommandRunner) -> None:
     """``ubuntu``'s home lives on the cluster's shared /home (it hides the image's): made once, from /etc/skel."""
+    # nodes boot in parallel on the same /home: build it aside and rename it into place (one of them wins)
     res = r.run(["sh", "-c", 'id -u ubuntu >/dev/null 2>&1 || exit 0; [ -d /home/ubuntu ] && exit 0; '
-                 'mkdir -p /home/ubuntu && cp -a /etc/skel/. /home/ubuntu/ && chown -R ubuntu:ubuntu /home/ubuntu '
-                 '&& chmod 0750 /home/ubuntu'], timeout=30)
+                 't=$(mktemp -d /home/.ubuntu.XXXXXX) && cp -a /etc/skel/. "$t"/ && chown -R ubuntu:ubuntu "$t" '
+                 '&& chmod 0750 "$t" && { mv -T "$t" /home/ubuntu 2>/dev/null || { rm -rf "$t"; '
+                 '[ -d /home/ubuntu ]; }; }'], timeout=30)
     if res.returncode != 0:
         raise NodeBootError(f"creating /home/ubuntu failed: {res.stderr.strip()[-300:]}")
 
@@ -134,8 +136,11 @@ def resource_config(cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> str:
     groups = [
         ResourceGroup(
             g.name, g.instance_type or "",
-            tuple(ResourceInstance(n.instance_id, n.ip or "", n.hostname) for n in nodes
-                  if n.group == g.name and n.ip and n.active),
+            # InstanceName is HyperPod's "<group>-<n>" (1-based, in launch order; AWS's multi-head setup looks for
+            # "<group>-1"); the Slurm hostname stays ip-A-B-C-D
+            tuple(ResourceInstance(n.instance_id, n.ip or "") for n in sorted(
+                (n for n in nodes if n.group == g.name and n.ip and n.active),
+                key=lambda n: (n.launch_time, n.instance_id))),
         )
         for g in cluster.spec.instance_groups
     ]
