@@ -35,7 +35,13 @@ from slurmpod.providers.local.layout import Layout, bridge_name, link_alias, net
 from slurmpod.providers.local.pkgproxy import PackageProxy, PackageProxyError
 from slurmpod.providers.local.runner import LocalRunner, nsenter_argv
 from slurmpod.providers.local.state import InstanceRecord, file_lock, read_json, rewrite_hosts, write_json
-from slurmpod.providers.local.sysnode import SHUTDOWN_GRACE, node_files, systemd_image, wait_started
+from slurmpod.providers.local.sysnode import (
+    SHUTDOWN_GRACE,
+    host_limits_once,
+    node_files,
+    systemd_image,
+    wait_started,
+)
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +256,7 @@ class LocalProvider:
                                              "/sys/fs/cgroup/unified): systemd nodes need one")
             cfg["init"] = "systemd"
             cfg["files"] = node_files(net["subnet"])
+            host_limits_once()
         boot = holder.start(rec.netns, cfg, inst, cgroup)
         self._popens[rec.instance_id] = boot.popen
         rec.holder_pid, rec.holder_start = boot.holder_pid, boot.holder_start

@@ -28,6 +28,43 @@ STARTUP_TIMEOUT = 60.0
 USABLE = ("running", "degraded")
 
 
+#: host-wide kernel limits every systemd node draws on (inotify instances are per user, and uid 0 and the image's
+#: service users are the same users in every node: at the default 128 instances ~40 nodes exhaust them, their
+#: systemd-ask-password path units fail and PID 1 dies). The values container hosts (LXD) document.
+HOST_LIMITS = {
+    "fs/inotify/max_user_instances": 8192,
+    "fs/inotify/max_user_watches": 524288,
+    "kernel/keys/maxkeys": 2000,
+    "kernel/keys/maxbytes": 2000000,
+}
+SYSCTL_DIR = Path("/proc/sys")
+
+
+def raise_host_limits(sysctl_dir: Path = SYSCTL_DIR) -> list[str]:
+    """Raises each of ``HOST_LIMITS`` that is lower on this host (never lowers one); returns what changed. A limit
+    that cannot be written is logged and left (nodes then boot until it runs out)."""
+    changed = []
+    for key, want in HOST_LIMITS.items():
+        path = sysctl_dir / key
+        try:
+            have = int(path.read_text().split()[0])
+            if have >= want:
+                continue
+            path.write_text(f"{want}\n")
+        except (OSError, ValueError, IndexError) as exc:
+            log.warning("cannot raise %s to %d for systemd nodes: %s", key.replace("/", "."), want, exc)
+            continue
+        changed.append(f"{key.replace('/', '.')} {have} -> {want}")
+    if changed:
+        log.info("raised host limits for systemd nodes: %s", ", ".join(changed))
+    return changed
+
+
+@functools.lru_cache(maxsize=1)
+def host_limits_once() -> None:
+    raise_host_limits()
+
+
 def systemd_image(image_root: str) -> bool:
     """Whether ``image_root`` is an image root filesystem (booted with systemd) rather than the host's ``/``."""
     return Path(image_root).resolve() != Path("/")
