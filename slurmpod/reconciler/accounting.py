@@ -305,10 +305,7 @@ class AccountingService:
                 running = False
         if not running and _run(r, ["pgrep", "-x", "slurmdbd"]).returncode != 0:
             _check(r, ["/usr/sbin/slurmdbd"], "starting slurmdbd", log_file=acct.SLURMDBD_LOG_FILE)
-        what = f"slurmdbd does not accept connections on port {SLURMDBD_PORT}"
-        if external is not None:
-            what += (f" (it stores into the external database {external.name} at {external.host}:{external.port}: "
-                     "check that it is reachable from the accounting host and the secret's user may use it)")
+        what = _dbd_not_ready(external)
         self._wait(r, lambda: _run(r, acct.port_probe_argv(SLURMDBD_PORT)).returncode == 0,
                    what, acct.SLURMDBD_LOG_FILE,
                    lambda: _run(r, ["pgrep", "-x", "slurmdbd"]).returncode == 0)
@@ -326,10 +323,7 @@ class AccountingService:
             units.systemctl(r, "restart", "slurmdbd")
         else:
             units.start(r, "slurmdbd")
-        what = f"slurmdbd does not accept connections on port {SLURMDBD_PORT}"
-        if external is not None:
-            what += (f" (it stores into the external database {external.name} at {external.host}:{external.port}: "
-                     "check that it is reachable from the accounting host and the secret's user may use it)")
+        what = _dbd_not_ready(external)
         self._wait(r, lambda: _run(r, acct.port_probe_argv(SLURMDBD_PORT)).returncode == 0,
                    what, acct.SLURMDBD_LOG_FILE, lambda: units.active(r, "slurmdbd"), unit="slurmdbd")
 
@@ -356,6 +350,14 @@ class AccountingService:
                 raise AccountingError(f"{what}: the process exited", tail())
             time.sleep(POLL)
 
+
+
+def _dbd_not_ready(external: ExternalDatabase | None) -> str:
+    what = f"slurmdbd does not accept connections on port {SLURMDBD_PORT}"
+    if external is not None:
+        what += (f" (it stores into the external database {external.name} at {external.host}:{external.port}: "
+                 "check that it is reachable from the accounting host and the secret's user may use it)")
+    return what
 
 
 def _run(r: CommandRunner, argv: list[str], *, input: bytes | None = None, timeout: float = 30.0) -> CommandResult:

@@ -13,6 +13,19 @@ import pytest
 
 from tests.serverproc import ServerProcess, free_port
 
+IMAGE_STORE = Path(os.environ.get("SLURMPOD_IMAGE_STORE", "/var/lib/slurmpod/images"))
+
+
+def default_image() -> str | None:
+    """The image store's default image (the one scripts/install.sh builds and servers boot nodes from), if built."""
+    import json
+
+    try:
+        image_id = str(json.loads((IMAGE_STORE / "default.json").read_text())["image_id"])
+    except (OSError, ValueError, KeyError):
+        return None
+    return image_id if (IMAGE_STORE / image_id / "rootfs").is_dir() else None
+
 
 def _local_ok() -> str | None:
     if os.geteuid() != 0:

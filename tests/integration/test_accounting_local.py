@@ -208,6 +208,7 @@ def test_dead_accounting_host_is_restarted(acct_server: ServerProcess) -> None:
     import json
     import os
     import signal
+    import subprocess
 
     state = acct_server.state_dir
     c = acct_server.client()
@@ -220,6 +221,10 @@ def test_dead_accounting_host_is_restarted(acct_server: ServerProcess) -> None:
     _wait_sacct(state, "acct", first)
 
     meta = json.loads(next(state.glob(f"local/**/{accounting_instance_id(cid)}/meta.json")).read_text())
+    # the accounting host is a systemd node of the default image: its database and slurmdbd are units
+    units = subprocess.run(["nsenter", "-t", str(meta["holder_pid"]), "-a", "--", "systemctl", "is-active",
+                            "mariadb", "slurmdbd", "munge"], capture_output=True, text=True, timeout=30)
+    assert units.stdout.split() == ["active"] * 3, (units.stdout, units.stderr)
     os.kill(meta["holder_pid"], signal.SIGKILL)
     r = in_node(state, "acct", None, "bash", "-c", "cd /home && sbatch --parsable --wrap=true")
     assert r.returncode == 0, r.stderr  # slurmctld queues accounting records while slurmdbd is away

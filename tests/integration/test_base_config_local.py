@@ -19,7 +19,6 @@ Uses the image store's default image (built once by scripts/install.sh); skipped
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import socket
@@ -32,28 +31,21 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import in_node, running_server
+from tests.integration.conftest import default_image, in_node, running_server
 from tests.serverproc import ServerProcess, seed_groups, wait_status
 
 pytestmark = pytest.mark.integration
 
-STORE = Path(os.environ.get("SLURMPOD_IMAGE_STORE", "/var/lib/slurmpod/images"))
 SOURCE = Path(__file__).parent / "base_config_like"
 LOGROTATE_FILE = "/etc/logrotate.d/base-config-like-slurm"
 DEBIAN = "deb.debian.org"
 
 
-def _default_image() -> str | None:
-    try:
-        image_id = json.loads((STORE / "default.json").read_text())["image_id"]
-    except (OSError, ValueError, KeyError):
-        return None
-    return image_id if (STORE / image_id / "rootfs").is_dir() else None
 
 
 @pytest.fixture
 def image_server(local_state: Path) -> Iterator[tuple[ServerProcess, str]]:
-    image = _default_image()
+    image = default_image()
     if image is None:
         pytest.skip("no default image in the image store (scripts/install.sh builds it)")
     try:  # the nodes' apt-get goes through the host's package proxy to Debian's registry

@@ -8,8 +8,6 @@ on failure, so the store is left as found. Skipped without the default image (sc
 
 from __future__ import annotations
 
-import json
-import os
 import secrets
 import shutil
 import subprocess
@@ -21,12 +19,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import in_node, running_server
+from tests.integration.conftest import IMAGE_STORE, default_image, in_node, running_server
 from tests.serverproc import seed_groups, wait_status
 
 pytestmark = pytest.mark.integration
 
-STORE = Path(os.environ.get("SLURMPOD_IMAGE_STORE", "/var/lib/slurmpod/images"))
 NAME = "imgupd"
 MARKER_FILE = "/etc/slurmpod-test-image"
 IMDS = ('T=$(curl -sf -X PUT http://169.254.169.254/latest/api/token -H "X-aws-ec2-metadata-token-ttl-seconds: 60");'
@@ -49,17 +46,11 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
                           timeout=timeout, check=False)
 
 
-def _default_image() -> str | None:
-    try:
-        image_id = json.loads((STORE / "default.json").read_text())["image_id"]
-    except (OSError, ValueError, KeyError):
-        return None
-    return str(image_id) if (STORE / image_id / "rootfs").is_dir() else None
 
 
 def _variant(default: str, root: Path, marker: str) -> None:
     """A copy of the default image's tree whose os-release and marker file say ``marker``."""
-    subprocess.run(["cp", "-a", "--", str(STORE / default / "rootfs"), str(root)], check=True, timeout=300)
+    subprocess.run(["cp", "-a", "--", str(IMAGE_STORE / default / "rootfs"), str(root)], check=True, timeout=300)
     root.chmod(0o755)  # the store's rootfs top is 0555
     osr = root / "etc/os-release"
     target = root / "usr/lib/os-release" if osr.is_symlink() else osr  # Debian: a link to ../usr/lib/os-release
@@ -71,8 +62,8 @@ def _variant(default: str, root: Path, marker: str) -> None:
 def _remove_image(state: Path, image_id: str) -> None:
     """``images delete`` (catalogue entry, reference and files); if that left the files (a cluster still using
     it after a failure), the nodes are cleaned up and the image is removed from the store directly."""
-    r = _cli("images", "delete", "--state-dir", str(state), "--image-store", str(STORE), image_id, timeout=120)
-    if not (STORE / image_id).exists():
+    r = _cli("images", "delete", "--state-dir", str(state), "--image-store", str(IMAGE_STORE), image_id, timeout=120)
+    if not (IMAGE_STORE / image_id).exists():
         return
     print(f"images delete left {image_id} in the store ({r.returncode}: {r.stdout}{r.stderr}); removing it")
     from slurmpod.lifecycle.imagestore import ImageStore
@@ -80,22 +71,22 @@ def _remove_image(state: Path, image_id: str) -> None:
 
     if find_leftovers(state):
         cleanup(state)
-    ImageStore(STORE).delete(image_id)
+    ImageStore(IMAGE_STORE).delete(image_id)
 
 
 @pytest.fixture
 def images(local_state: Path, tmp_path: Path) -> Iterator[Images]:
-    default = _default_image()
+    default = default_image()
     if default is None:
         pytest.skip("no default image in the image store (scripts/install.sh builds it)")
-    r = _cli("images", "register", "--state-dir", str(local_state), "--image-store", str(STORE), default)
+    r = _cli("images", "register", "--state-dir", str(local_state), "--image-store", str(IMAGE_STORE), default)
     assert r.returncode == 0, r.stderr
     marker = f"slurmpod-test-{secrets.token_hex(6)}"  # unique bits: an id of its own, used by no one else
     root = tmp_path / "rootfs"
     new = ""
     try:
         _variant(default, root, marker)
-        r = _cli("images", "import", str(root), "--state-dir", str(local_state), "--image-store", str(STORE),
+        r = _cli("images", "import", str(root), "--state-dir", str(local_state), "--image-store", str(IMAGE_STORE),
                  "--description", f"test variant {marker}")
         found = [w for ln in r.stdout.splitlines() if ln.startswith("registered ") for w in ln.split()[1:2]]
         new = found[0] if found else ""
@@ -109,8 +100,8 @@ def images(local_state: Path, tmp_path: Path) -> Iterator[Images]:
             _remove_image(local_state, new)
         from slurmpod.lifecycle.imagestore import ImageStore
 
-        ImageStore(STORE).drop_ref(default, local_state)  # this state dir's reference to the default image
-        assert not new or not (STORE / new).exists(), f"{new} was left in {STORE}"
+        ImageStore(IMAGE_STORE).drop_ref(default, local_state)  # this state dir's reference to the default image
+        assert not new or not (IMAGE_STORE / new).exists(), f"{new} was left in {IMAGE_STORE}"
 
 
 def _probe(state: Path, cluster_id: str, node: dict[str, Any]) -> list[str]:

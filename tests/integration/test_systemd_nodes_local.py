@@ -5,7 +5,6 @@ Uses the image store's default image (built once by scripts/install.sh); skipped
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,25 +15,18 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import in_node, running_server
+from tests.integration.conftest import default_image, in_node, running_server
 from tests.serverproc import ServerProcess, seed_groups, wait_status
 
 pytestmark = pytest.mark.integration
 
-STORE = Path(os.environ.get("SLURMPOD_IMAGE_STORE", "/var/lib/slurmpod/images"))
 
 
-def _default_image() -> str | None:
-    try:
-        image_id = json.loads((STORE / "default.json").read_text())["image_id"]
-    except (OSError, ValueError, KeyError):
-        return None
-    return image_id if (STORE / image_id / "rootfs").is_dir() else None
 
 
 @pytest.fixture
 def image_server(local_state: Path) -> Iterator[tuple[ServerProcess, str]]:
-    image = _default_image()
+    image = default_image()
     if image is None:
         pytest.skip("no default image in the image store (scripts/install.sh builds it)")
     r = subprocess.run([sys.executable, "-m", "slurmpod.cli", "images", "register", "--state-dir", str(local_state),
