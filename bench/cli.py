@@ -1,5 +1,7 @@
-"""``python -m bench [--scenario N ...] [--runs N] [--quick] [--out PATH]``: run the benchmarks, print the
-figures with their targets, write JSON.
+"""``python -m bench [--scenario N ...] [--runs N] [--quick] [--out PATH] [--node-image default|builtin|AMI]``: run
+the benchmarks, print the figures with their targets, write JSON. Scenarios 1 and 3 boot every node, slurmpod's
+and the floor's, from the same image: the image store's default root filesystem unless ``--node-image`` says
+otherwise (systemd nodes; ``builtin`` is the legacy host-root image).
 
 Scenarios: 1 seed topology on local (vs floor), 2 software update (root-volume replacement), 3 50 nodes on
 local (vs floor, memory per node), 4 10,000 simulated nodes, 5 API throughput vs moto, 6 image build with a warm
@@ -54,16 +56,28 @@ def render_table(scenario: dict[str, Any]) -> str:
                  f"{_span(fl['sbatch_to_completed']):>20}")
     lines.append(f"{'slurmpod connect overhead':<32} {_span(sp['connect_overhead']):>20}")
     lines.append(f"{'DeleteCluster -> gone':<32} {_span(sp['delete_to_gone']):>20}")
-    acct = scenario.get("slurmpod_with_accounting")
-    if acct:  # the default configuration (slurmdbd + MariaDB host); the rows above compare equal work
-        lines.append(f"{'with accounting: InService':<32} {_span(acct['in_service']):>20}   "
-                     f"{_met(acct['in_service']['median'])}")
-        lines.append(f"{'with accounting: job COMPLETED':<32} {_span(acct['job_done']):>20}   "
-                     f"{_met(acct['job_done']['median'])}")
+    acct, facct = scenario.get("slurmpod_with_accounting"), scenario.get("floor_with_accounting")
+    if acct:  # the default configuration (slurmdbd + MariaDB host), against the floor with the same host
+        for label, key, fkey, rkey in (("with accounting: InService", "in_service", "all_idle",
+                                        "in_service_with_accounting"),
+                                       ("with accounting: job COMPLETED", "job_done", "job_done",
+                                        "job_done_with_accounting")):
+            fl_span = _span(facct[fkey]) if facct else "(not run)"
+            r = ratio.get(rkey)
+            r_text = f"{r['value']:7.2f}" if r else f"{'':7}"
+            lines.append(f"{label:<32} {_span(acct[key]):>20} {fl_span:>20} {r_text}  "
+                         f"{_met(acct[key]['median'])}{'; ' + _met(r) if r and 'target' in r else ''}")
     lines.append("slurmpod server-log milestones (median s after CreateCluster): " + ", ".join(
         f"{k} {v:.2f}" for k, v in sp["server_log_milestones_median"].items()))
     lines.append("floor phases (median s after t0): " + ", ".join(
         f"{k} {v:.2f}" for k, v in fl["phases_median"].items()))
+    if facct:
+        lines.append("floor with accounting phases (median s after t0): " + ", ".join(
+            f"{k} {v:.2f}" for k, v in facct["phases_median"].items()))
+    img = scenario.get("node_image")
+    if img:
+        lines.append(f"nodes (both sides): image {img['id']} ({img['kind']}"
+                     f"{', systemd as PID 1' if img['systemd'] else ', legacy host root, no systemd'})")
     return "\n".join(lines)
 
 
@@ -109,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reconcile-interval", type=float, default=None,
                    help="pass --reconcile-interval to the server (default: the server's default; diagnosis only)")
     p.add_argument("--workdir", type=Path, default=None, help="parent of the temporary state dirs (default: /tmp)")
+    p.add_argument("--node-image", default="default", metavar="default|builtin|AMI",
+                   help="image of every node in scenarios 1 and 3, slurmpod's (`slurmpod server --node-image`) and "
+                        "the floor's: default (the image store's default root filesystem, systemd nodes), "
+                        "builtin (the legacy host-root nodes) or an ami-id of the image store")
     return p
 
 
@@ -134,11 +152,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n=== scenario {number}: {name}")
         t = time.monotonic()
         if number == 1:
-            scenario = seed_local.run(runs, args.workdir, reconcile_interval=args.reconcile_interval)
+            scenario = seed_local.run(runs, args.workdir, reconcile_interval=args.reconcile_interval,
+                                      node_image=args.node_image,
+                                      floor_accounting=not args.quick)  # --quick stays under 90 s without it
         elif number == 2:
             scenario = sw_update.run(few, args.workdir, quick=args.quick)
         elif number == 3:
-            scenario = scale_local.run(few, args.workdir, quick=args.quick)
+            scenario = scale_local.run(few, args.workdir, quick=args.quick, node_image=args.node_image)
         elif number == 4:
             scenario = sim_scale.run(args.quick, args.workdir)
         elif number == 6:

@@ -1,9 +1,14 @@
 """Memory per node, as the recipe's ``mem-report.py`` counts it: PSS of every process of a node.
 
-A local node is a PID namespace whose init (the holder) was started by an ``unshare`` child of the
-provider's process (the slurmpod server, or the benchmark itself for the floor). Only those namespaces
-count, so other clusters on the same machine are left out. Per node: the PSS (``smaps_rollup``) of every
-process in its namespace (holder, munged, slurmd or slurmctld, ...) plus its host-side ``unshare``.
+A local node is a PID namespace whose init was started by an ``unshare`` child of the provider's process
+(the slurmpod server, or the benchmark itself for the floor). On an image node that init is the image's
+systemd (the provider's ``python -c`` cgroup helper execs ``nsenter``, which execs ``unshare --fork``: the
+``unshare`` keeps the provider as its parent; its child, nodeinit, execs systemd as the namespace's PID 1);
+on a legacy host-root node it is the bash holder. Only those namespaces count, so other clusters on the
+same machine are left out. Per node: the PSS (``smaps_rollup``) of every process in its namespace (systemd,
+systemd-journald, dbus-daemon, systemd-logind, munged, slurmd or slurmctld, ...; or holder, munged, slurmd
+on host-root nodes) plus its host-side ``unshare``. Commands the provider runs in a node through ``nsenter``
+(``sinfo`` of a health check) join the node's PID namespace while they run and count too.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ class NodeMemory:
     nodes: int = 0
     total_pss_kib: int = 0
     per_command_kib: dict[str, int] = field(default_factory=dict)
+    per_command_count: dict[str, int] = field(default_factory=dict)  # processes of each command over all nodes
 
     @property
     def per_node_mib(self) -> float:
@@ -66,6 +72,7 @@ def node_memory(owner_pid: int) -> NodeMemory:
                 pass
     out = NodeMemory(nodes=len(node_ns))
     per_cmd: dict[str, int] = defaultdict(int)
+    count: dict[str, int] = defaultdict(int)
     for pid, (comm, _ppid) in procs.items():
         try:
             ns = os.readlink(f"/proc/{pid}/ns/pid")
@@ -75,7 +82,9 @@ def node_memory(owner_pid: int) -> NodeMemory:
             kib = _pss_kib(pid)
             out.total_pss_kib += kib
             per_cmd[comm] += kib
+            count[comm] += 1
     out.per_command_kib = dict(sorted(per_cmd.items(), key=lambda kv: -kv[1]))
+    out.per_command_count = {c: count[c] for c in out.per_command_kib}
     return out
 
 

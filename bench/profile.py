@@ -4,7 +4,9 @@ Runs the real server in this process (same settings as ``slurmpod server --provi
 reconcile interval, uvicorn on a free port), wraps ``SlurmRuntime.boot_step`` and ``LocalRunner.run``
 with timers (no slurmpod code is changed), creates the seed cluster through boto3 and prints, per node,
 when each boot phase started and ended (seconds after CreateCluster) and how many in-node commands it
-ran and how long they took. Cleans up like the benchmark.
+ran and how long they took; the accounting host's bring-up (``AccountingService._ensure``: launch, munge,
+MariaDB, slurmdbd; in its own thread, in parallel with the controller) is one more row. Cleans up like the
+benchmark.
 """
 
 from __future__ import annotations
@@ -51,20 +53,27 @@ class Recorder:
         row = PhaseTiming(node, group, phase, time.monotonic() - self.t0)
         with self._lock:
             self.rows.append(row)
+        outer = self.current()
         self._local.row = row
         try:
             yield
         finally:
             row.end = time.monotonic() - self.t0
-            self._local.row = None
+            self._local.row = outer
 
 
 def _instrument(rec: Recorder) -> None:
     from slurmpod.providers.local.runner import LocalRunner
+    from slurmpod.reconciler.accounting import AccountingService
     from slurmpod.reconciler.slurm_runtime import SlurmRuntime
 
     boot_step = SlurmRuntime.boot_step
     run = LocalRunner.run
+    ensure = AccountingService._ensure
+
+    def timed_ensure(self: Any, cluster_id: str, *args: Any) -> Any:
+        with rec.phase(self.instance_id(cluster_id), "accounting", "accounting host"):
+            return ensure(self, cluster_id, *args)
 
     def timed_boot_step(self: Any, cluster: Any, node: Any, phase: str, nodes: Any) -> Any:
         with rec.phase(node.instance_id, node.group, phase):
@@ -83,6 +92,7 @@ def _instrument(rec: Recorder) -> None:
                 row.slowest = sorted([*row.slowest, (dt, " ".join(argv)[:60])], reverse=True)[:2]
 
     SlurmRuntime.boot_step = timed_boot_step  # type: ignore[method-assign]
+    AccountingService._ensure = timed_ensure  # type: ignore[method-assign]
     LocalRunner.run = timed_run  # type: ignore[method-assign]
 
 
@@ -157,7 +167,9 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--image", default=None, metavar="AMI|default",
-                   help="boot the nodes from this image of the image store (default: the built-in host image)")
+                   help="name this image of the image store as every group's ImageId (default: none, so the "
+                        "nodes boot the server's default node image, which is the store's default root filesystem "
+                        "too; `builtin` is not an image of the store: use `slurmpod server --node-image builtin`)")
     args = p.parse_args()
     print(render(profile_once(args.workdir, image=args.image)))
     return 0
