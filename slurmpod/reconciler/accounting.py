@@ -292,14 +292,8 @@ class AccountingService:
             raise AccountingError(f"creating the slurm database user failed (exit {res.returncode}): {detail}")
 
     def _ensure_slurmdbd(self, r: CommandRunner, text: str, external: ExternalDatabase | None) -> None:
-        conf = text.encode()
         running = control.read_pid(r, acct.SLURMDBD_PID_FILE, "slurmdbd") is not None
-        current = _run(r, ["sha256sum", acct.SLURMDBD_CONF])
-        same = current.returncode == 0 and current.stdout.split()[:1] == [hashlib.sha256(conf).hexdigest()]
-        if not same:
-            control.ensure_dir(r, "/etc/slurm")
-            control.ensure_dir(r, "/var/log/slurm", 0o755, "slurm")
-            control.write_file(r, acct.SLURMDBD_CONF, conf, 0o600, "slurm")
+        if _write_dbd_conf(r, text):
             if running:
                 control.stop_daemon(r, acct.SLURMDBD_PID_FILE, "slurmdbd", timeout=30)
                 running = False
@@ -312,14 +306,7 @@ class AccountingService:
 
     def _ensure_slurmdbd_unit(self, r: CommandRunner, text: str, external: ExternalDatabase | None) -> None:
         """slurmdbd as the image's ``slurmdbd.service`` (Restart=on-failure); a changed conf restarts it."""
-        conf = text.encode()
-        current = _run(r, ["sha256sum", acct.SLURMDBD_CONF])
-        same = current.returncode == 0 and current.stdout.split()[:1] == [hashlib.sha256(conf).hexdigest()]
-        if not same:
-            control.ensure_dir(r, "/etc/slurm")
-            control.ensure_dir(r, "/var/log/slurm", 0o755, "slurm")
-            control.write_file(r, acct.SLURMDBD_CONF, conf, 0o600, "slurm")
-        if not same and units.active(r, "slurmdbd"):
+        if _write_dbd_conf(r, text) and units.active(r, "slurmdbd"):
             units.systemctl(r, "restart", "slurmdbd")
         else:
             units.start(r, "slurmdbd")
@@ -350,6 +337,18 @@ class AccountingService:
                 raise AccountingError(f"{what}: the process exited", tail())
             time.sleep(POLL)
 
+
+
+def _write_dbd_conf(r: CommandRunner, text: str) -> bool:
+    """Writes slurmdbd.conf (0600 slurm) unless the node has that text already; True if it changed."""
+    conf = text.encode()
+    current = _run(r, ["sha256sum", acct.SLURMDBD_CONF])
+    if current.returncode == 0 and current.stdout.split()[:1] == [hashlib.sha256(conf).hexdigest()]:
+        return False
+    control.ensure_dir(r, "/etc/slurm")
+    control.ensure_dir(r, "/var/log/slurm", 0o755, "slurm")
+    control.write_file(r, acct.SLURMDBD_CONF, conf, 0o600, "slurm")
+    return True
 
 
 def _dbd_not_ready(external: ExternalDatabase | None) -> str:
