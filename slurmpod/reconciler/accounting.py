@@ -99,6 +99,11 @@ class AccountingService:
         self._guard = threading.Lock()
         self._launched = threading.Condition(self._guard)
 
+    @property
+    def systemd(self) -> bool:
+        """The host boots an image root filesystem with systemd (its daemons are units), not the host's /."""
+        return self.image.kind == "rootfs"
+
     # ---- public API ---------------------------------------------------------------------------
 
     @staticmethod
@@ -128,9 +133,9 @@ class AccountingService:
 
     def address(self, cluster_id: str, cluster_name: str, munge_key: bytes,
                 external: ExternalDatabase | None = None) -> AccountingConfig:
-        """Where slurmctld will find slurmdbd, as soon as the accounting host has its address: slurmctld may start
-        before slurmdbd accepts (it connects when slurmdbd is up and sends what it queued meanwhile). Starts
-        ``begin`` if needed; when that fails before the host has an address, ``ensure``'s error is raised."""
+        """Where slurmctld will find slurmdbd, as soon as the accounting host has its address (for a slurm.conf
+        written before slurmctld starts: its first start still needs slurmdbd up, see ``ensure``). Starts ``begin``
+        if needed; when that fails before the host has an address, ``ensure``'s error is raised."""
         cfg = self.cached(cluster_id, external)
         if cfg is not None:
             return cfg
@@ -175,7 +180,7 @@ class AccountingService:
             if inst is None or not inst.alive:
                 return False
             r = self.provider.runner(cluster_id, iid)
-            if self.image.kind == "rootfs":
+            if self.systemd:
                 return units.active(r, "slurmdbd")
             return control.read_pid(r, acct.SLURMDBD_PID_FILE, "slurmdbd") is not None
         except ProviderError:
@@ -226,7 +231,7 @@ class AccountingService:
             self._addresses[cluster_id] = inst.ip
             self._launched.notify_all()
         r = self.provider.runner(cluster_id, inst.instance_id)
-        systemd = units.uses_systemd(r)
+        systemd = self.systemd
         control.start_munge(r, munge_key)
         host = _check(r, ["hostname", "-s"], "hostname").stdout.strip()
         t1 = time.monotonic()

@@ -103,10 +103,14 @@ def refresh_controllers(joined: NodeRecord, ctls: Sequence[NodeRecord], alive: M
             log.warning("controller %s: refreshing its controller list failed: %s", n.instance_id, exc)
 
 
+def node_resources(group: InstanceGroupSpec) -> tuple[int, int]:
+    """A compute group's CPUs and RealMemory for Slurm, from the instance-type catalogue."""
+    return slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"), group.threads_per_core)
+
+
 def start_compute_slurmd(r: CommandRunner, conf_servers: Sequence[str], group: InstanceGroupSpec) -> None:
-    """A compute group's dynamic slurmd: CPUs/RealMemory from the instance-type catalogue, Feature=<group>."""
-    cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"), group.threads_per_core)
-    control.start_slurmd(r, conf_servers, cpus, mem, group.name)
+    """A compute group's dynamic slurmd: ``node_resources``, Feature=<group>."""
+    control.start_slurmd(r, conf_servers, *node_resources(group), group.name)
 
 
 def refresh_conf_servers(spec: ClusterSpec, nodes: Sequence[NodeRecord], ctls: Sequence[NodeRecord],

@@ -26,9 +26,9 @@ MYSQL_LOG_DIR = "/var/log/mysql"
 MYSQL_ERROR_LOG = f"{MYSQL_LOG_DIR}/mariadbd.err"
 MYSQL_STDOUT_LOG = f"{MYSQL_LOG_DIR}/mariadbd.out"
 MYSQL_PORT = 3306
-#: written into the datadir once ``mariadb-install-db`` and the first start succeeded (crash-safe init)
-#: the image's copy of a freshly initialised datadir (the node layer's ``MARIADB_TEMPLATE``)
+#: the image's copy of a freshly initialised datadir (the node layer makes it): an empty volume is seeded from it
 MARIADB_TEMPLATE = "/usr/share/slurmpod/mariadb-datadir"
+#: written into the datadir once ``mariadb-install-db`` and the first start succeeded (crash-safe init)
 INIT_MARKER = f"{MYSQL_DATADIR}/.slurmpod-initialized"
 
 SLURMDBD_CONF = "/etc/slurm/slurmdbd.conf"

@@ -21,7 +21,8 @@ SLURMD_UNIT = "/etc/systemd/system/slurmd.service"
 #: the image's pristine unit (with the ${SLURMD_OPTIONS} placeholder), kept before anything renders it
 SLURMD_TEMPLATE = "/etc/slurmpod/slurmd.service.in"
 SLURMD_ARGS = "/etc/slurmpod/slurmd.args"
-SLURMD_ENV = "/etc/slurmpod/slurmd.env"  # the node layer's EnvironmentFile of slurmd.service
+#: the image's slurmd.service reads SLURMD_OPTIONS from here (the node layer writes that EnvironmentFile line)
+SLURMD_ENV = "/etc/slurmpod/slurmd.env"
 SLURMD_WRAPPER = "/opt/slurm/sbin/slurmd"
 PLACEHOLDER = "${SLURMD_OPTIONS}"
 #: daemon (process name) -> its unit

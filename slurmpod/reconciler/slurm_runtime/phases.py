@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from slurmpod.domain.catalog import instance_type_info, slurm_resources
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import InstanceGroupSpec, LifeCycleConfig
 from slurmpod.domain.status import NodeType
@@ -116,9 +115,8 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
 
 
 def compute_node_conf(group: InstanceGroupSpec) -> str:
-    """A compute group's dynamic-node conf: CPUs/RealMemory from the instance-type catalogue, Feature=<group>."""
-    cpus, mem = slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"), group.threads_per_core)
-    return units.node_conf(cpus, mem, group.name)
+    """A compute group's dynamic-node conf (what the image's slurmd wrapper adds): its resources, Feature=<group>."""
+    return units.node_conf(*headnodes.node_resources(group), group.name)
 
 
 def _default_user_home(r: CommandRunner) -> None:
@@ -233,7 +231,7 @@ def daemons(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: I
             user = extract_user_lines(live.stdout)
             if USER_SECTION_MARKER in live.stdout.splitlines() and user != extract_user_lines(conf):
                 conf = render_slurm_conf(replace(rt.topology(cluster, nodes, acct), user_lines=user))
-            if live.stdout != conf and r.run(["pgrep", "-x", "slurmctld"], timeout=10).returncode == 0:
+            if live.stdout != conf:
                 control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld", timeout=60)
         ctls = rt.controllers(cluster, nodes)
         if ctls and ctls[0].instance_id != node.instance_id:
