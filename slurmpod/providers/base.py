@@ -86,6 +86,10 @@ class InstanceRequest:
     #: ``region`` (default us-east-1), ``availability-zone`` (default <region>a), ``account-id``,
     #: ``http-tokens`` (``optional`` = IMDSv1 and v2, the default; ``required`` = IMDSv2 only)
     metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: accelerator device files the instance's type has (``/dev/nvidia0`` ... ``/dev/nvidia7``): the local provider
+    #: emulates them (character devices in the node's own /dev); the ssh provider refuses a host whose number of
+    #: such devices differs
+    devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from slurmpod.lifecycle.snapshot import load_snapshot
 from slurmpod.providers.base import CommandRunner, ProviderError
 from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.runtime import NodeBootError
+from slurmpod.reconciler.slurm_runtime import gpus
 from slurmpod.slurm import control, units
 from slurmpod.slurm.conf import (
     DEFAULT_STATE_SAVE_LOCATION,
@@ -95,6 +96,7 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     control.write_file(r, "/etc/logrotate.d/slurmpod", LOGROTATE, 0o644, "root")
     write_node_file(r, RESOURCE_CONFIG_PATH, resource_config(cluster, nodes))
     write_node_file(r, PROVISIONING_PARAMETERS_PATH, provisioning_parameters_json(cluster))
+    gpus.write_node_gres(r, cluster.spec, group)
     if units.uses_systemd(r):
         units.prepare_slurmd(r, compute_node_conf(group) if group.node_type in (NodeType.COMPUTE, None) else None)
         _default_user_home(r)
@@ -115,8 +117,9 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
 
 
 def compute_node_conf(group: InstanceGroupSpec) -> str:
-    """A compute group's dynamic-node conf (what the image's slurmd wrapper adds): its resources, Feature=<group>."""
-    return units.node_conf(*headnodes.node_resources(group), group.name)
+    """A compute group's dynamic-node conf (what the image's slurmd wrapper adds): its resources, Feature=<group>,
+    its GPUs (``Gres=gpu:h100:8``)."""
+    return units.node_conf(*headnodes.node_resources(group), group.name, headnodes.node_gres(group))
 
 
 def _default_user_home(r: CommandRunner) -> None:
