@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import in_node
+from tests.integration.conftest import default_image, in_node, running_server
 from tests.serverproc import ROLE, ServerProcess, wait_status
 
 pytestmark = pytest.mark.integration
@@ -46,9 +47,19 @@ def _env(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
-def test_p5_nodes_schedule_gpus(local_server: ServerProcess) -> None:
-    state = local_server.state_dir
-    c: Any = local_server.client()
+@pytest.fixture(params=["default", "builtin"])
+def gpu_server(request: pytest.FixtureRequest, local_state: Path) -> Iterator[ServerProcess]:
+    """A server with accounting (its default) on systemd nodes of the default image, or on the legacy host-root
+    nodes (``--node-image builtin``: slurmd started directly, not through the image's unit)."""
+    if request.param == "default" and default_image() is None:
+        pytest.skip("no default image in the image store (scripts/install.sh builds it)")
+    with running_server(local_state, "--node-image", request.param) as srv:
+        yield srv
+
+
+def test_p5_nodes_schedule_gpus(gpu_server: ServerProcess) -> None:
+    state = gpu_server.state_dir
+    c: Any = gpu_server.client()
     t0 = time.monotonic()
     c.create_cluster(ClusterName=CLUSTER, InstanceGroups=_groups())
     d = wait_status(c, CLUSTER, {"InService", "Failed"}, timeout=300)
@@ -69,6 +80,8 @@ def test_p5_nodes_schedule_gpus(local_server: ServerProcess) -> None:
     show = _sh(state, None, f"scontrol show node {gpu}")
     assert "Gres=gpu:h100:8" in show and "CfgTRES=cpu=96," in show and "gres/gpu=8" in show, show
     assert "Gres=(null)" in _sh(state, None, f"scontrol show node {cpu}")
+    systemd = _sh(state, "gpu-group", "cat /proc/1/comm") == "systemd"
+    assert systemd == ("builtin" not in gpu_server.extra)
 
     # two concurrent jobs of 4 GPUs on the one p5 node: global indices 0-3 and 4-7
     out = _sh(state, None, f"cd /tmp && for i in 1 2; do srun -w {gpu} --gres=gpu:4 bash -c "
