@@ -133,3 +133,35 @@ def test_boot_writes_node_gres_lines() -> None:
     r = FakeRunner({"find": CommandResult(0, "/dev/nvidia0\n", "")})
     with pytest.raises(NodeBootError, match="has 8 accelerators but the node has 1"):
         gpus.write_node_gres(r, spec, gpu)
+
+
+def test_gpu_group_added_to_a_running_cpu_cluster() -> None:
+    """apply_topology's step: running nodes booted before the cluster had GPUs get their (empty) node file, so
+    their slurmd can read the controller's new gres.conf (its Include) when it next restarts."""
+    from slurmpod.domain.model import ClusterRecord, NodeRecord
+    from slurmpod.domain.status import ClusterStatus, InstanceStatus
+
+    ctl, cpu, gpu = _group("ctl", "ml.m5.large", NodeType.CONTROLLER), _group("cpu", "ml.c5.xlarge"), \
+        _group("gpu", "ml.p5.48xlarge")
+    login = _group("login", "ml.m5.large", NodeType.LOGIN)
+    cluster = ClusterRecord(cluster_id="c1", account_id="1", region="us-east-1", name="c", arn="arn", status=
+                            ClusterStatus.UPDATING, creation_time=0.0,
+                            spec=ClusterSpec(name="c", instance_groups=(ctl, cpu, login, gpu)))
+
+    def node(iid: str, group: str, phases: tuple[str, ...] = ("launched", "baseline")) -> NodeRecord:
+        return NodeRecord(instance_id=iid, cluster_id="c1", group=group, seq=0, status=InstanceStatus.RUNNING,
+                          launch_time=0.0, phases=phases)
+
+    runners = {iid: FakeRunner({"test": CommandResult(0 if iid == "has" else 1, "", "")})
+               for iid in ("i-ctl", "i-cpu", "i-login", "has", "i-new")}
+
+    class Rt:
+        def runner(self, cluster: ClusterRecord, n: NodeRecord) -> FakeRunner:
+            return runners[n.instance_id]
+
+    nodes = [node("i-ctl", "ctl"), node("i-cpu", "cpu"), node("i-login", "login"), node("has", "cpu"),
+             node("i-new", "gpu", ("launched",))]
+    gpus.ensure_node_gres_files(Rt(), cluster, nodes)  # type: ignore[arg-type]
+    assert _written(runners["i-ctl"]) is not None and _written(runners["i-cpu"]) is not None
+    assert runners["i-login"].calls == [] and runners["i-new"].calls == []  # login: no slurmd; new: its baseline
+    assert _written(runners["has"]) is None  # already there
