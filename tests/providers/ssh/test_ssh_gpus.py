@@ -84,3 +84,24 @@ def test_cpu_type_on_a_gpu_host_and_trainium(tmp_path: Path) -> None:
     with pytest.raises(TemporaryProviderError, match="has 1 Trainium"):
         _provider(tmp_path / "c", "ml.trn2.48xlarge", FakeSessions(neuron=["/dev/neuron0"])).launch(
             _request("ml.trn2.48xlarge"))
+
+
+def test_facts_script_lists_character_devices_only() -> None:
+    """The host-facts script itself, in a private mount namespace whose /dev holds nvidia0..2 (character devices),
+    nvidiactl, a regular file nvidia3 and neuron0."""
+    import os
+    import shutil
+    import subprocess
+
+    from slurmpod.providers.ssh.remote import parse_facts
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare")
+    setup = ("mount -t tmpfs none /dev && for d in nvidia0 nvidia1 nvidia2 nvidiactl neuron0; do "
+             "mknod /dev/$d c 1 3; done && touch /dev/nvidia3 && exec bash -c \"$0\"")
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", setup, remote.FACTS],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    facts = parse_facts(r.stdout)
+    assert facts["nvidia"].split() == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]
+    assert facts["neuron"].split() == ["/dev/neuron0"]
