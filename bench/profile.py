@@ -108,7 +108,24 @@ def _register(root: Path, image: str) -> str:
     return res.stdout.split()[1]  # "registered ami-… release …"
 
 
-def profile_once(workdir: Path | None = None, *, image: str | None = None) -> Recorder:
+def _daemon_logs(server: Any, client: Any) -> str:
+    """slurmctld's log on the controller and slurmdbd's on the accounting host (timestamps show where the
+    controller's first start waits)."""
+    from slurmpod.slurm.accounting import accounting_instance_id
+
+    provider = server.runtime.provider
+    cid = client.describe_cluster(ClusterName="bench-profile")["ClusterArn"].rsplit("/", 1)[-1]
+    out = []
+    nodes = client.list_cluster_nodes(ClusterName="bench-profile")["ClusterNodeSummaries"]
+    ctl = next(n["InstanceId"] for n in nodes if n["InstanceGroupName"] == "controller-group")
+    for iid, path in ((accounting_instance_id(cid), "/var/log/slurm/slurmdbd.log"),
+                      (ctl, "/var/log/slurm/slurmctld.log")):
+        res = provider.runner(cid, iid).run(["cat", path], timeout=30)
+        out.append(f"== {iid} {path}\n{res.stdout}{res.stderr}")
+    return "\n".join(out)
+
+
+def profile_once(workdir: Path | None = None, *, image: str | None = None, logs: bool = False) -> Recorder:
     import uvicorn
 
     from bench.server import BenchServer
@@ -141,6 +158,8 @@ def profile_once(workdir: Path | None = None, *, image: str | None = None) -> Re
         while client.describe_cluster(ClusterName="bench-profile")["ClusterStatus"] not in ("InService", "Failed"):
             time.sleep(POLL)
         print(f"InService after {time.monotonic() - rec.t0:.2f}s")
+        if logs:
+            print(_daemon_logs(server, client))
     finally:
         try:
             delete_and_wait(client, "bench-profile")
@@ -170,8 +189,9 @@ def main() -> int:
                    help="name this image of the image store as every group's ImageId (default: none, so the "
                         "nodes boot the server's default node image, which is the store's default root filesystem "
                         "too; `builtin` is not an image of the store: use `slurmpod server --node-image builtin`)")
+    p.add_argument("--logs", action="store_true", help="print slurmdbd's and slurmctld's logs before teardown")
     args = p.parse_args()
-    print(render(profile_once(args.workdir, image=args.image)))
+    print(render(profile_once(args.workdir, image=args.image, logs=args.logs)))
     return 0
 
 

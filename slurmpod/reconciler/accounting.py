@@ -36,11 +36,13 @@ from slurmpod.providers.base import (
     CommandResult,
     CommandRunner,
     InstanceRequest,
+    NodeFile,
     Provider,
     ProviderError,
     ProviderInstance,
     VolumeMount,
 )
+from slurmpod.providers.nodefiles import write_files
 from slurmpod.slurm import accounting as acct
 from slurmpod.slurm import control, units
 from slurmpod.slurm.conf import SLURMDBD_PORT, AccountingConfig
@@ -215,36 +217,52 @@ class AccountingService:
         except Exception as exc:  # reported again by the foreground ensure()
             log.warning("cluster %s: accounting host not ready yet: %s", cluster_name, exc)
 
-    def _request(self, cluster_id: str, cluster_name: str) -> InstanceRequest:
+    def _request(self, cluster_id: str, cluster_name: str, munge_key: bytes,
+                 external: ExternalDatabase | None) -> InstanceRequest:
         return InstanceRequest(
             cluster_id=cluster_id, instance_id=self.instance_id(cluster_id), group=ACCOUNTING_GROUP,
             instance_type=self.instance_type, image_id=self.image.image_id, image_root=self.image.root,
             volumes=(DB_VOLUME,), labels={"slurmpod/cluster": cluster_name, "slurmpod/group": ACCOUNTING_GROUP},
+            files=tuple(self._boot_files(cluster_id, munge_key, external)),
         )
+
+    def _boot_files(self, cluster_id: str, munge_key: bytes, external: ExternalDatabase | None) -> list[NodeFile]:
+        """On a systemd image with MariaDB's template datadir: everything the host needs to come up with munge,
+        MariaDB and slurmdbd running at the end of its boot (``acct.boot_files``); else only the munge key."""
+        if not self.systemd:
+            return []
+        if external is None and not (Path(self.image.root) / acct.MARIADB_TEMPLATE.lstrip("/") / "mysql").is_dir():
+            return [NodeFile(control.MUNGE_KEY, munge_key, 0o400, "munge")]
+        conf, password = self._dbd_conf(cluster_id, external)
+        return acct.boot_files(munge_key, conf, password=password)
+
+    def _dbd_conf(self, cluster_id: str, external: ExternalDatabase | None) -> tuple[str, str | None]:
+        """slurmdbd.conf, and the local database's password (None with an external database)."""
+        if external is None:
+            password = self.password(cluster_id)
+            return acct.render_slurmdbd_conf(acct.DBD_HOST, password), password
+        return acct.render_slurmdbd_conf(acct.DBD_HOST, external.password, storage_host=external.host,
+                                         storage_port=external.port, storage_user=external.user,
+                                         storage_loc=external.name), None
 
     def _ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes,
                 external: ExternalDatabase | None) -> AccountingConfig:
         t0 = time.monotonic()
         self.provider.prepare_cluster(cluster_id)
-        inst: ProviderInstance = self.provider.launch(self._request(cluster_id, cluster_name))
+        inst: ProviderInstance = self.provider.launch(self._request(cluster_id, cluster_name, munge_key, external))
         with self._launched:
             self._addresses[cluster_id] = inst.ip
             self._launched.notify_all()
         r = self.provider.runner(cluster_id, inst.instance_id)
         systemd = self.systemd
-        control.start_munge(r, munge_key)
-        host = _check(r, ["hostname", "-s"], "hostname").stdout.strip()
+        control.start_munge(r, munge_key)  # a no-op when munge.service started on the key at boot
         t1 = time.monotonic()
-        if external is None:
-            password = self.password(cluster_id)
+        conf, password = self._dbd_conf(cluster_id, external)
+        if password is not None:
             self._ensure_mariadb(r, password, systemd)
-            conf = acct.render_slurmdbd_conf(host, password)
         else:
             # the host's own MariaDB (if it ran before the database was attached) is no longer used
             control.stop_daemon(r, acct.MYSQL_PID_FILE, "mariadbd", timeout=60)
-            conf = acct.render_slurmdbd_conf(host, external.password, storage_host=external.host,
-                                             storage_port=external.port, storage_user=external.user,
-                                             storage_loc=external.name)
         t2 = time.monotonic()
         if systemd:
             self._ensure_slurmdbd_unit(r, conf, external)
@@ -255,9 +273,9 @@ class AccountingService:
         return AccountingConfig(host_ip=inst.ip, port=SLURMDBD_PORT)
 
     def _ensure_mariadb(self, r: CommandRunner, password: str, systemd: bool = False) -> None:
-        control.ensure_dir(r, acct.MYSQL_RUN_DIR, 0o755, "mysql")
-        control.ensure_dir(r, acct.MYSQL_LOG_DIR, 0o750, "mysql")
-        control.ensure_dir(r, acct.MYSQL_DATADIR, 0o750, "mysql")  # the volume's mount point
+        # /run/mysqld, the logs, the volume's mount point (one command)
+        write_files(r, [], [(acct.MYSQL_RUN_DIR, 0o755, "mysql"), (acct.MYSQL_LOG_DIR, 0o750, "mysql"),
+                            (acct.MYSQL_DATADIR, 0o750, "mysql")])
         running = (units.active(r, "mariadb") if systemd
                    else control.read_pid(r, acct.MYSQL_PID_FILE, "mariadbd") is not None)
         if not running:

@@ -192,6 +192,7 @@ class SlurmRuntime:
             # served by the node's instance metadata (IMDS) as on EC2
             metadata={"region": cluster.region, "availability-zone": f"{cluster.region}a",
                       "account-id": cluster.account_id},
+            files=tuple(phases.boot_files(self, cluster)),
         )
 
     # ---- the ClusterRuntime protocol ----------------------------------------------------------------
