@@ -369,13 +369,16 @@ class ClusterService:
             busy = [g for g in names if group_busy(cur.group_states, g)]
             if busy:
                 raise ConflictException(f"Instance group(s) {', '.join(busy)} are Creating or Updating.")
+            upgrade = False
             if target is not None:
-                slurm = slurm_versions.update_findings(cur.spec, self.nodes(cur), names, target, self._image_of)
+                nodes = self.nodes(cur)
+                slurm = slurm_versions.update_findings(cur.spec, nodes, names, target, self._image_of)
                 if slurm:
                     raise ValidationException(validation_message(slurm))
+                upgrade = slurm_versions.is_upgrade(nodes, names, target, self._image_of)
             now = self.clock.now()
             su = new_software_update(ids.new_operation_id(), target.image_id if target else (image_id or "default"),
-                                     names, deployment, now)
+                                     names, deployment, now, slurm_upgrade=upgrade)
             in_progress = {g: SoftwareUpdateStatus.IN_PROGRESS for g in names}
             upd = cluster_to(cur, ClusterStatus.SYSTEM_UPDATING, software_update=su, operation_id=su.operation_id,
                           software_update_status={**cur.software_update_status, **in_progress})

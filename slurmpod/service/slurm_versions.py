@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from slurmpod.domain.model import NodeRecord
-from slurmpod.domain.slurm_release import SlurmRelease, major_of, mix_problem, upgrade_problem
+from slurmpod.domain.slurm_release import SlurmRelease, is_major_upgrade, major_of, mix_problem, upgrade_problem
 from slurmpod.domain.spec import ClusterSpec
 from slurmpod.domain.status import NodeType
 from slurmpod.lifecycle.images import Image
@@ -79,3 +79,9 @@ def update_findings(spec: ClusterSpec, nodes: Sequence[NodeRecord], groups: Sequ
 
 def release_of(version: str) -> SlurmRelease:
     return major_of(version) or SlurmRelease(0, 0)
+
+
+def is_upgrade(nodes: Sequence[NodeRecord], groups: Sequence[str], target: Image, lookup: Lookup) -> bool:
+    """Some node of ``groups`` runs an earlier Slurm major release than ``target`` carries."""
+    running = running_versions(nodes, lookup)
+    return any(is_major_upgrade(v, target.slurm_version) for g in groups for v in running.get(g, ()))

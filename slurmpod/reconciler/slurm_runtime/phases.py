@@ -77,7 +77,7 @@ def launched(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     if rt.accounting is not None and rt.wants_accounting(cluster) and group.node_type == NodeType.CONTROLLER:
         # the accounting host boots in parallel with the controller; daemons() waits for it
         rt.accounting.begin(cluster.cluster_id, cluster.name, rt.munge_key(cluster.cluster_id),
-                            rt.external_db(cluster))
+                            rt.external_db(cluster), rt.accounting_image(cluster))
     inst = rt.provider.launch(rt.request(cluster, node))
     return {"ip": inst.ip, "hostname": inst.hostname}
 
