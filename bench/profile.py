@@ -108,7 +108,30 @@ def _register(root: Path, image: str) -> str:
     return res.stdout.split()[1]  # "registered ami-… release …"
 
 
-def profile_once(workdir: Path | None = None, *, image: str | None = None) -> Recorder:
+def _daemon_logs(server: Any, client: Any) -> str:
+    """slurmctld's log on the controller and slurmdbd's on the accounting host (timestamps show where the
+    controller's first start waits)."""
+    from slurmpod.slurm.accounting import accounting_instance_id
+
+    provider = server.runtime.provider
+    cid = client.describe_cluster(ClusterName="bench-profile")["ClusterArn"].rsplit("/", 1)[-1]
+    out = []
+    nodes = client.list_cluster_nodes(ClusterName="bench-profile")["ClusterNodeSummaries"]
+    ctl = next(n["InstanceId"] for n in nodes if n["InstanceGroupName"] == "controller-group")
+    computes = [n["InstanceId"] for n in nodes if n["InstanceGroupName"] != "controller-group"]
+    for iid, path in ((accounting_instance_id(cid), "/var/log/slurm/slurmdbd.log"),
+                      (ctl, "/var/log/slurm/slurmctld.log"), *((c, "/var/log/slurm/slurmd.log") for c in computes)):
+        try:
+            res = provider.runner(cid, iid).run(["cat", path], timeout=30)
+        except Exception as exc:  # no accounting host (--accounting none), a node already gone
+            out.append(f"== {iid} {path}: {exc}")
+            continue
+        out.append(f"== {iid} {path}\n{res.stdout}{res.stderr}")
+    return "\n".join(out)
+
+
+def profile_once(workdir: Path | None = None, *, image: str | None = None, logs: bool = False,
+                 accounting: str = "local") -> Recorder:
     import uvicorn
 
     from bench.server import BenchServer
@@ -121,7 +144,7 @@ def profile_once(workdir: Path | None = None, *, image: str | None = None) -> Re
     root = Path(tempfile.mkdtemp(prefix="slurmpod-profile-", dir=workdir))
     image_id = _register(root, image) if image else None
     port = free_port()
-    settings = Settings(state_dir=root, port=port, provider="local")
+    settings = Settings(state_dir=root, port=port, provider="local", accounting=accounting)
     server = build_server(settings)
     server.start()
     uv = uvicorn.Server(uvicorn.Config(server.app, host="127.0.0.1", port=port, log_level="warning"))
@@ -138,9 +161,15 @@ def profile_once(workdir: Path | None = None, *, image: str | None = None) -> Re
             if image_id:
                 g["ImageId"] = image_id
         client.create_cluster(ClusterName="bench-profile", InstanceGroups=groups)
+        deadline = time.monotonic() + 300
         while client.describe_cluster(ClusterName="bench-profile")["ClusterStatus"] not in ("InService", "Failed"):
+            if time.monotonic() > deadline:
+                break
             time.sleep(POLL)
-        print(f"InService after {time.monotonic() - rec.t0:.2f}s")
+        d = client.describe_cluster(ClusterName="bench-profile")
+        print(f"{d['ClusterStatus']} after {time.monotonic() - rec.t0:.2f}s {d.get('FailureMessage', '')}")
+        if logs and d["ClusterStatus"] != "Failed":
+            print(_daemon_logs(server, client))
     finally:
         try:
             delete_and_wait(client, "bench-profile")
@@ -170,8 +199,10 @@ def main() -> int:
                    help="name this image of the image store as every group's ImageId (default: none, so the "
                         "nodes boot the server's default node image, which is the store's default root filesystem "
                         "too; `builtin` is not an image of the store: use `slurmpod server --node-image builtin`)")
+    p.add_argument("--logs", action="store_true", help="print slurmdbd's and slurmctld's logs before teardown")
+    p.add_argument("--accounting", choices=("local", "none"), default="local")
     args = p.parse_args()
-    print(render(profile_once(args.workdir, image=args.image)))
+    print(render(profile_once(args.workdir, image=args.image, logs=args.logs, accounting=args.accounting)))
     return 0
 
 

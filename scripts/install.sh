@@ -89,5 +89,8 @@ ln -sf "$VENV/bin/slurmpod" /usr/local/bin/slurmpod
 if [ "${SLURMPOD_SKIP_IMAGE_BUILD:-0}" != 1 ]; then
   echo "== default node image"
   "$VENV/bin/slurmpod" images build --default --store-only --suite bookworm
+  # Debian 13's Slurm 24.11 (HyperPod's release), selectable per group (ImageId) or with --node-image trixie
+  echo "== trixie node image (Slurm 24.11)"
+  "$VENV/bin/slurmpod" images build --default --store-only --suite trixie
 fi
 echo "== ready: $("$VENV/bin/slurmpod" --help | head -n 1)"

@@ -42,7 +42,8 @@ def add_images_parser(sub: Any) -> argparse.ArgumentParser:
                                                  "(default /var/cache/slurmpod/apt)")
     b.add_argument("--store-only", action="store_true", help="only store the image; register it in no catalogue")
     b.add_argument("--default", action="store_true",
-                   help="the store's default image for the current recipe: built only if missing (install.sh)")
+                   help="the store's default image of --suite for the current recipe: built only if missing "
+                        "(install.sh); bookworm's is also the store's default (--node-image default)")
     b.add_argument("--verbose", "-v", action="store_true", help="show all of mmdebstrap's output")
     m = isub.add_parser("import", parents=[where], help="import a root filesystem (directory or tar, e.g. "
                                                         "`podman export` output)")
@@ -113,6 +114,7 @@ def _make(args: argparse.Namespace, images: Any, catalog: Any) -> int:
     from slurmpod.lifecycle.imagebuild import DEFAULT_CACHE, BuildError, BuildRequest, build_image
     from slurmpod.lifecycle.imageimport import import_image
     from slurmpod.lifecycle.images import check_release
+    from slurmpod.lifecycle.imagestore import PRIMARY_SUITE
     from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
 
     release = catalog.free_release(args.release) if catalog is not None else check_release(args.release or "1.0.1")
@@ -134,10 +136,10 @@ def _make(args: argparse.Namespace, images: Any, catalog: Any) -> int:
             req = BuildRequest(suite=args.suite, packages=packages, script=Path(args.script) if args.script else None,
                                release=release, description=args.description or "",
                                cache=Path(args.cache) if args.cache else DEFAULT_CACHE, verbose=args.verbose)
-            previous = str(images.default_pointer().get("image_id", ""))
+            previous = str(images.default_pointer(args.suite).get("image_id", "")) if args.default else ""
             manifest = build_image(images, req, _progress)
             if args.default:
-                images.set_default(manifest)
+                images.set_default(manifest, primary=args.suite == PRIMARY_SUITE)
                 if previous and previous != manifest.id and images.get(previous) and not images.live_refs(previous):
                     images.delete(previous)  # the default of an older recipe that no state dir registered
                     print(f"removed the previous default image {previous}")

@@ -67,6 +67,9 @@ class SoftwareUpdate:
     failed: Mapping[str, str] = field(default_factory=dict, hash=False)
     last_batch_end: float = 0.0
     batches: int = 0
+    #: the target image carries a later Slurm major release than the nodes run: controllers go first (slurmdbd
+    #: before them, see the accounting host), compute and login nodes after, as SchedMD's upgrade order says
+    slurm_upgrade: bool = False
 
     @property
     def batch(self) -> CapacitySize:
@@ -85,7 +88,7 @@ class SoftwareUpdate:
             "operation_id": self.operation_id, "target_image": self.target_image, "groups": list(self.groups),
             "deployment": deployment_to_dict(self.deployment), "started": self.started, "phase": self.phase.value,
             "done": dict(self.done), "failed": dict(self.failed), "last_batch_end": self.last_batch_end,
-            "batches": self.batches,
+            "batches": self.batches, "slurm_upgrade": self.slurm_upgrade,
         }
 
     @staticmethod
@@ -98,6 +101,7 @@ class SoftwareUpdate:
             phase=UpdatePhase(d.get("phase") or UpdatePhase.UPDATE.value),
             done=dict(d.get("done") or {}), failed=dict(d.get("failed") or {}),
             last_batch_end=float(d.get("last_batch_end") or 0.0), batches=int(d.get("batches") or 0),
+            slurm_upgrade=bool(d.get("slurm_upgrade", False)),
         )
 
 

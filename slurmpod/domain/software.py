@@ -11,7 +11,8 @@ from slurmpod.domain.spec import CapacitySizeType, DeploymentSpec, InstanceGroup
 
 
 def new_software_update(
-    operation_id: str, target_image: str, groups: Sequence[str], deployment: DeploymentSpec, now: float
+    operation_id: str, target_image: str, groups: Sequence[str], deployment: DeploymentSpec, now: float,
+    slurm_upgrade: bool = False,
 ) -> SoftwareUpdate:
     return SoftwareUpdate(
         operation_id=operation_id,
@@ -19,6 +20,7 @@ def new_software_update(
         groups=tuple(groups),
         deployment=deployment,
         started=now,
+        slurm_upgrade=slurm_upgrade,
     )
 
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
-from slurmpod.lifecycle.imagestore import ImageStore, Manifest
+from slurmpod.lifecycle.imagestore import PRIMARY_SUITE, ImageStore, Manifest
 from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
 
 CURRENT = "Current"
@@ -189,10 +189,13 @@ class ImageCatalog:
 
     def adopt(self, images: ImageStore, image_id: str, state_dir: Path, release: str | None = None) -> Image:
         """Registers an image of the host-wide store (``default``: the store's default bookworm image of the
-        current recipe, the one scripts/install.sh builds) in this catalogue, and records the reference."""
-        m = images.default(RECIPE_VERSION, "bookworm") if image_id == "default" else images.get(image_id)
+        current recipe, the one scripts/install.sh builds; a suite name such as ``trixie``: that suite's default
+        image) in this catalogue, and records the reference."""
+        suite = PRIMARY_SUITE if image_id == "default" else image_id if not image_id.startswith("ami-") else None
+        m = images.default(RECIPE_VERSION, suite) if suite else images.get(image_id)
         if m is None:
-            hint = " (scripts/install.sh builds the default image)" if image_id == "default" else ""
+            what = "the default image" if image_id == "default" else f"the {suite} default image"
+            hint = f" (scripts/install.sh builds {what})" if suite else ""
             raise ImageError(f"Image {image_id} is not in the image store {images.root}{hint}.")
         registered = self.get(m.id)
         if registered is None:  # the manifest's release, or the next free one when this catalogue has it

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -39,6 +40,11 @@ DEFAULT_IMAGE_STORE = Path("/var/lib/slurmpod/images")
 BUILD_PREFIX = ".build-"
 DELETE_PREFIX = ".delete-"
 DEFAULT_FILE = "default.json"
+#: ``<suite>.json`` pointers: the default image of each Debian suite (``--node-image trixie``)
+SUITE_DEFAULTS = "defaults"
+#: the suite whose default is the store's default (``default.json``, ``--node-image default``)
+PRIMARY_SUITE = "bookworm"
+_SUITE_OK = re.compile(r"^[a-z][a-z0-9-]{1,30}$")
 REFS = "refs"
 MANIFEST = "manifest.json"
 ROOTFS = "rootfs"
@@ -217,9 +223,12 @@ class ImageStore:
         os.rename(target, doomed / image_id)  # gone from the store at once; the bytes go next
         remove_tree(doomed)
         shutil.rmtree(self._ref_dir(image_id), ignore_errors=True)
-        default = self.default_pointer()
-        if default.get("image_id") == image_id:
-            (self.root / DEFAULT_FILE).unlink(missing_ok=True)
+        for pointer in [self.root / DEFAULT_FILE, *(self.root / SUITE_DEFAULTS).glob("*.json")]:
+            try:
+                if json.loads(pointer.read_text()).get("image_id") == image_id:
+                    pointer.unlink(missing_ok=True)
+            except (OSError, ValueError, AttributeError):
+                continue
 
     # which state dirs refer to an image
     def _ref_dir(self, image_id: str) -> Path:
@@ -247,24 +256,39 @@ class ImageStore:
                 ref.unlink(missing_ok=True)
         return live
 
-    # the default image (built once by scripts/install.sh)
-    def default_pointer(self) -> dict[str, Any]:
-        try:
-            raw = json.loads((self.root / DEFAULT_FILE).read_text())
-        except (OSError, ValueError):
-            return {}
-        return raw if isinstance(raw, dict) else {}
+    # the default image (built once by scripts/install.sh), and one default per Debian suite
+    def default_pointer(self, suite: str | None = None) -> dict[str, Any]:
+        """``default.json`` (the primary default), or with ``suite`` that suite's pointer (the primary one when it
+        is of that suite and the suite has no pointer of its own: stores written before per-suite defaults)."""
+        paths = [self._suite_file(suite), self.root / DEFAULT_FILE] if suite else [self.root / DEFAULT_FILE]
+        for path in paths:
+            try:
+                raw = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(raw, dict) and (suite is None or raw.get("suite") == suite):
+                return raw
+        return {}
 
     def default(self, recipe: int, suite: str) -> Manifest | None:
-        """The store's default image when it was built with this recipe version and suite."""
-        ptr = self.default_pointer()
+        """The store's default image of ``suite`` when it was built with this recipe version."""
+        ptr = self.default_pointer(suite)
         if ptr.get("recipe") != recipe or ptr.get("suite") != suite:
             return None
         return self.get(str(ptr.get("image_id", "")))
 
-    def set_default(self, manifest: Manifest) -> None:
+    def set_default(self, manifest: Manifest, *, primary: bool = True) -> None:
+        """Makes ``manifest`` its suite's default; with ``primary`` also the store's default (``default.json``)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f"{DEFAULT_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"image_id": manifest.id, "recipe": manifest.recipe, "suite": manifest.suite,
-                                   "set": time.time()}, indent=2) + "\n")
-        os.replace(tmp, self.root / DEFAULT_FILE)
+        (self.root / SUITE_DEFAULTS).mkdir(exist_ok=True)
+        text = json.dumps({"image_id": manifest.id, "recipe": manifest.recipe, "suite": manifest.suite,
+                           "set": time.time()}, indent=2) + "\n"
+        for path in [self._suite_file(manifest.suite)] + ([self.root / DEFAULT_FILE] if primary else []):
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+
+    def _suite_file(self, suite: str) -> Path:
+        if not _SUITE_OK.match(suite):
+            raise ImageStoreError(f"invalid Debian suite name {suite!r}")
+        return self.root / SUITE_DEFAULTS / f"{suite}.json"

@@ -70,6 +70,22 @@ class VolumeMount:
 
 
 @dataclass(frozen=True)
+class NodeFile:
+    """A file (or, with ``link``, a symlink to ``link``) to place on a new root volume before the host boots, like
+    cloud-init's ``write_files``: ``owner`` is ``user`` or ``user:group`` of the *image*, parents are created."""
+
+    path: str
+    content: bytes = b""
+    mode: int = 0o644
+    owner: str = "root"
+    link: str | None = None
+
+    def __repr__(self) -> str:  # contents may be secrets (munge key, database password): never in a log line
+        return (f"NodeFile({self.path!r}, {len(self.content)} bytes, {self.mode:04o}, {self.owner!r}, "
+                f"link={self.link!r})")
+
+
+@dataclass(frozen=True)
 class InstanceRequest:
     cluster_id: str
     instance_id: str
@@ -90,6 +106,11 @@ class InstanceRequest:
     #: emulates them (character devices in the node's own /dev); the ssh provider refuses a host whose number of
     #: such devices differs
     devices: tuple[str, ...] = ()
+    #: files for a new root volume (launch, replace_root_volume), written before the host's init starts, so units
+    #: enabled in the image find their keys and settings at first boot; a hint like ``address``: a provider that
+    #: cannot place them (ssh: the host booted long ago) ignores them, and the caller writes what it needs after
+    #: the host is up anyway. Never stored in the provider's records (they may hold secrets).
+    files: tuple[NodeFile, ...] = field(default=(), hash=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -22,25 +22,29 @@ MariaDB this host ran before (the cluster attached the database later) is stoppe
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from slurmpod.files import secret_file
+from slurmpod.domain.slurm_release import major_of
+from slurmpod.files import secret_file, write_atomic
 from slurmpod.lifecycle.images import BUILTIN, Image
 from slurmpod.providers.base import (
     CommandResult,
     CommandRunner,
     InstanceRequest,
+    NodeFile,
     Provider,
     ProviderError,
     ProviderInstance,
     VolumeMount,
 )
+from slurmpod.providers.nodefiles import write_files
 from slurmpod.slurm import accounting as acct
 from slurmpod.slurm import control, units
 from slurmpod.slurm.conf import SLURMDBD_PORT, AccountingConfig
@@ -51,6 +55,7 @@ ACCOUNTING_GROUP = "accounting"
 ACCOUNTING_INSTANCE_TYPE = "ml.t3.medium"
 DB_VOLUME = VolumeMount("accounting-db", acct.MYSQL_DATADIR)
 PASSWORD_FILE = "accounting-db.pass"
+IMAGE_FILE = "accounting-image.json"  # the image the accounting host was launched with
 READY_TIMEOUT = 90.0
 POLL = 0.1
 
@@ -99,10 +104,32 @@ class AccountingService:
         self._guard = threading.Lock()
         self._launched = threading.Condition(self._guard)
 
-    @property
-    def systemd(self) -> bool:
+    def image_of(self, cluster_id: str) -> Image:
+        """The image the cluster's accounting host runs (recorded when it was launched), else the service's."""
+        try:
+            raw = json.loads((self.dir / cluster_id / IMAGE_FILE).read_text())
+            return Image.from_dict(raw)
+        except (OSError, ValueError, TypeError):
+            return self.image
+
+    def systemd(self, cluster_id: str) -> bool:
         """The host boots an image root filesystem with systemd (its daemons are units), not the host's /."""
-        return self.image.kind == "rootfs"
+        return self.image_of(cluster_id).kind == "rootfs"
+
+    def _target(self, cluster_id: str, image: Image | None) -> Image:
+        """The image the host should run: ``image`` when there is no host yet or it carries a later Slurm release
+        (slurmdbd is upgraded first, before any slurmctld); otherwise the one it runs (never a downgrade, no
+        replacement for a patch release: slurmdbd may be newer than slurmctld)."""
+        current = self.image_of(cluster_id)
+        if image is None or not (self.dir / cluster_id / IMAGE_FILE).exists():
+            return image or current
+        new, old = major_of(image.slurm_version), major_of(current.slurm_version)
+        return image if new is not None and old is not None and new > old else current
+
+    def _record_image(self, cluster_id: str, image: Image) -> None:
+        d = self.dir / cluster_id
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(d / IMAGE_FILE, (json.dumps(asdict(image), indent=1) + "\n").encode())
 
     # ---- public API ---------------------------------------------------------------------------
 
@@ -118,7 +145,7 @@ class AccountingService:
         return self._configs.get(cluster_id)
 
     def begin(self, cluster_id: str, cluster_name: str, munge_key: bytes,
-              external: ExternalDatabase | None = None) -> None:
+              external: ExternalDatabase | None = None, image: Image | None = None) -> None:
         """Starts ``ensure`` in a background thread (e.g. while the controller boots); returns at once.
 
         A later ``ensure`` waits for it and returns its result, or redoes (and reports) what failed."""
@@ -126,20 +153,21 @@ class AccountingService:
             running = self._threads.get(cluster_id)
             if cluster_id in self._configs or (running is not None and running.is_alive()):
                 return
-            t = threading.Thread(target=self._ensure_quietly, args=(cluster_id, cluster_name, munge_key, external),
+            t = threading.Thread(target=self._ensure_quietly,
+                                 args=(cluster_id, cluster_name, munge_key, external, image),
                                  name=f"accounting-{cluster_id}", daemon=True)
             self._threads[cluster_id] = t
             t.start()
 
     def address(self, cluster_id: str, cluster_name: str, munge_key: bytes,
-                external: ExternalDatabase | None = None) -> AccountingConfig:
+                external: ExternalDatabase | None = None, image: Image | None = None) -> AccountingConfig:
         """Where slurmctld will find slurmdbd, as soon as the accounting host has its address (for a slurm.conf
         written before slurmctld starts: its first start still needs slurmdbd up, see ``ensure``). Starts ``begin``
         if needed; when that fails before the host has an address, ``ensure``'s error is raised."""
         cfg = self.cached(cluster_id, external)
         if cfg is not None:
             return cfg
-        self.begin(cluster_id, cluster_name, munge_key, external)
+        self.begin(cluster_id, cluster_name, munge_key, external, image)
         deadline = time.monotonic() + self.ready_timeout
         with self._launched:
             while cluster_id not in self._addresses:
@@ -149,22 +177,26 @@ class AccountingService:
                 self._launched.wait(0.2)
             ip = self._addresses.get(cluster_id)
         if ip is None:
-            return self.ensure(cluster_id, cluster_name, munge_key, external)
+            return self.ensure(cluster_id, cluster_name, munge_key, external, image)
         return AccountingConfig(host_ip=ip, port=SLURMDBD_PORT)
 
     def ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes,
-               external: ExternalDatabase | None = None) -> AccountingConfig:
+               external: ExternalDatabase | None = None, image: Image | None = None) -> AccountingConfig:
         """Brings the accounting host up (idempotent) and returns where slurmctld finds slurmdbd.
 
-        ``external``: slurmdbd stores into that database instead of the host's own MariaDB.
+        ``external``: slurmdbd stores into that database instead of the host's own MariaDB. ``image``: the image of
+        the cluster's controllers; a host on an earlier Slurm release gets its root volume replaced by it (its
+        database volume stays; the new slurmdbd converts the database at its first start).
         Raises ``AccountingError`` (a ``SlurmError``) or ``ProviderError``."""
         with self._lock(cluster_id):
             cfg = self._configs.get(cluster_id)
             mode = _fingerprint(external)
-            if cfg is not None and self._modes.get(cluster_id) == mode and self.alive(cluster_id):
+            target = self._target(cluster_id, image)
+            same_image = target.image_id == self.image_of(cluster_id).image_id
+            if cfg is not None and self._modes.get(cluster_id) == mode and same_image and self.alive(cluster_id):
                 return cfg
             t0 = time.monotonic()
-            cfg = self._ensure(cluster_id, cluster_name, munge_key, external)
+            cfg = self._ensure(cluster_id, cluster_name, munge_key, external, target)
             self.last_ensure_seconds = time.monotonic() - t0
             self._configs[cluster_id] = cfg
             self._modes[cluster_id] = mode
@@ -180,7 +212,7 @@ class AccountingService:
             if inst is None or not inst.alive:
                 return False
             r = self.provider.runner(cluster_id, iid)
-            if self.systemd:
+            if self.systemd(cluster_id):
                 return units.active(r, "slurmdbd")
             return control.read_pid(r, acct.SLURMDBD_PID_FILE, "slurmdbd") is not None
         except ProviderError:
@@ -195,6 +227,7 @@ class AccountingService:
                 self._addresses.pop(cluster_id, None)
             self.provider.terminate(cluster_id, self.instance_id(cluster_id))
             (self.dir / cluster_id / PASSWORD_FILE).unlink(missing_ok=True)
+            (self.dir / cluster_id / IMAGE_FILE).unlink(missing_ok=True)
 
     def password(self, cluster_id: str) -> str:
         """The cluster's database password: made once, kept in a 0600 file in the cluster's state dir."""
@@ -209,42 +242,72 @@ class AccountingService:
             return self._locks.setdefault(cluster_id, threading.Lock())
 
     def _ensure_quietly(self, cluster_id: str, cluster_name: str, munge_key: bytes,
-                        external: ExternalDatabase | None) -> None:
+                        external: ExternalDatabase | None, image: Image | None) -> None:
         try:
-            self.ensure(cluster_id, cluster_name, munge_key, external)
+            self.ensure(cluster_id, cluster_name, munge_key, external, image)
         except Exception as exc:  # reported again by the foreground ensure()
             log.warning("cluster %s: accounting host not ready yet: %s", cluster_name, exc)
 
-    def _request(self, cluster_id: str, cluster_name: str) -> InstanceRequest:
+    def _request(self, cluster_id: str, cluster_name: str, munge_key: bytes,
+                 external: ExternalDatabase | None, image: Image) -> InstanceRequest:
         return InstanceRequest(
             cluster_id=cluster_id, instance_id=self.instance_id(cluster_id), group=ACCOUNTING_GROUP,
-            instance_type=self.instance_type, image_id=self.image.image_id, image_root=self.image.root,
+            instance_type=self.instance_type, image_id=image.image_id, image_root=image.root,
             volumes=(DB_VOLUME,), labels={"slurmpod/cluster": cluster_name, "slurmpod/group": ACCOUNTING_GROUP},
+            files=tuple(self._boot_files(cluster_id, munge_key, external, image)),
         )
 
+    def _boot_files(self, cluster_id: str, munge_key: bytes, external: ExternalDatabase | None,
+                    image: Image) -> list[NodeFile]:
+        """On a systemd image with MariaDB's template datadir: everything the host needs to come up with munge,
+        MariaDB and slurmdbd running at the end of its boot (``acct.boot_files``); else only the munge key."""
+        if image.kind != "rootfs":
+            return []
+        if external is None and not (Path(image.root) / acct.MARIADB_TEMPLATE.lstrip("/") / "mysql").is_dir():
+            return [NodeFile(control.MUNGE_KEY, munge_key, 0o400, "munge")]
+        conf, password = self._dbd_conf(cluster_id, external)
+        return acct.boot_files(munge_key, conf, password=password)
+
+    def _dbd_conf(self, cluster_id: str, external: ExternalDatabase | None) -> tuple[str, str | None]:
+        """slurmdbd.conf, and the local database's password (None with an external database)."""
+        if external is None:
+            password = self.password(cluster_id)
+            return acct.render_slurmdbd_conf(acct.DBD_HOST, password), password
+        return acct.render_slurmdbd_conf(acct.DBD_HOST, external.password, storage_host=external.host,
+                                         storage_port=external.port, storage_user=external.user,
+                                         storage_loc=external.name), None
+
     def _ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes,
-                external: ExternalDatabase | None) -> AccountingConfig:
+                external: ExternalDatabase | None, image: Image) -> AccountingConfig:
         t0 = time.monotonic()
         self.provider.prepare_cluster(cluster_id)
-        inst: ProviderInstance = self.provider.launch(self._request(cluster_id, cluster_name))
+        request = self._request(cluster_id, cluster_name, munge_key, external, image)
+        running = self.image_of(cluster_id)
+        iid = self.instance_id(cluster_id)
+        if running.image_id != image.image_id and any(i.instance_id == iid
+                                                      for i in self.provider.list_instances(cluster_id)):
+            # slurmdbd first: a later Slurm release replaces the host's root volume (the database volume stays)
+            log.info("cluster %s: accounting host %s: Slurm %s -> %s (image %s -> %s)", cluster_name, iid,
+                     running.slurm_version or "?", image.slurm_version or "?", running.image_id, image.image_id)
+            with self._guard:
+                self._addresses.pop(cluster_id, None)
+            inst: ProviderInstance = self.provider.replace_root_volume(request)
+        else:
+            inst = self.provider.launch(request)
+        self._record_image(cluster_id, image)
         with self._launched:
             self._addresses[cluster_id] = inst.ip
             self._launched.notify_all()
         r = self.provider.runner(cluster_id, inst.instance_id)
-        systemd = self.systemd
-        control.start_munge(r, munge_key)
-        host = _check(r, ["hostname", "-s"], "hostname").stdout.strip()
+        systemd = image.kind == "rootfs"
+        control.start_munge(r, munge_key)  # a no-op when munge.service started on the key at boot
         t1 = time.monotonic()
-        if external is None:
-            password = self.password(cluster_id)
+        conf, password = self._dbd_conf(cluster_id, external)
+        if password is not None:
             self._ensure_mariadb(r, password, systemd)
-            conf = acct.render_slurmdbd_conf(host, password)
         else:
             # the host's own MariaDB (if it ran before the database was attached) is no longer used
             control.stop_daemon(r, acct.MYSQL_PID_FILE, "mariadbd", timeout=60)
-            conf = acct.render_slurmdbd_conf(host, external.password, storage_host=external.host,
-                                             storage_port=external.port, storage_user=external.user,
-                                             storage_loc=external.name)
         t2 = time.monotonic()
         if systemd:
             self._ensure_slurmdbd_unit(r, conf, external)
@@ -255,9 +318,9 @@ class AccountingService:
         return AccountingConfig(host_ip=inst.ip, port=SLURMDBD_PORT)
 
     def _ensure_mariadb(self, r: CommandRunner, password: str, systemd: bool = False) -> None:
-        control.ensure_dir(r, acct.MYSQL_RUN_DIR, 0o755, "mysql")
-        control.ensure_dir(r, acct.MYSQL_LOG_DIR, 0o750, "mysql")
-        control.ensure_dir(r, acct.MYSQL_DATADIR, 0o750, "mysql")  # the volume's mount point
+        # /run/mysqld, the logs, the volume's mount point (one command)
+        write_files(r, [], [(acct.MYSQL_RUN_DIR, 0o755, "mysql"), (acct.MYSQL_LOG_DIR, 0o750, "mysql"),
+                            (acct.MYSQL_DATADIR, 0o750, "mysql")])
         running = (units.active(r, "mariadb") if systemd
                    else control.read_pid(r, acct.MYSQL_PID_FILE, "mariadbd") is not None)
         if not running:

@@ -107,6 +107,13 @@ def may_start_daemons(cluster: ClusterRecord, group: str, nodes: Sequence[NodeRe
     return _controllers_ready(cluster.spec, nodes) and cluster.applied_topology == desired_topology
 
 
+def may_start_baseline(cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> bool:
+    """Whether a node may write its baseline (resource_config.json, which lifecycle scripts read to find the
+    controller): once every active controller has launched (has its address). Legacy clusters have no roles."""
+    ctl_groups = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
+    return all("launched" in n.phases for n in nodes if n.group in ctl_groups and n.active)
+
+
 def controller_groups(spec: ClusterSpec) -> list[str]:
     """Names of the Controller groups (the only rows ``may_start_daemons`` looks at)."""
     return [g.name for g in spec.groups_of(NodeType.CONTROLLER)]

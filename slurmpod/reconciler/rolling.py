@@ -3,7 +3,8 @@
 While a cluster is SystemUpdating, every pass asks: is a batch in flight? (resubmit its nodes' work after a
 restart); did a node fail? (switch to rollback: every updated node goes back to its previous image, in
 batches of RollbackMaximumBatchSize); else, after WaitIntervalInSeconds, select the next batch of at most
-MaximumBatchSize nodes (compute and login groups first, the controller group last); when nothing is left,
+MaximumBatchSize nodes (compute and login groups first, the controller group last; the controllers first when the
+target is a later Slurm major release); when nothing is left,
 the cluster returns to InService.
 """
 
@@ -73,9 +74,12 @@ def _controller_groups(cluster: ClusterRecord) -> set[str]:
     return {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
 
 
-def _ordered_groups(cluster: ClusterRecord, groups: Sequence[str]) -> list[str]:
+def _ordered_groups(cluster: ClusterRecord, groups: Sequence[str], controllers_first: bool = False) -> list[str]:
+    """Compute and login groups first, controllers last (a same-release update keeps the heads longest); for a
+    Slurm major upgrade the controllers first (slurmctld may be newer than slurmd, never older)."""
     ctl = {g.name for g in cluster.spec.groups_of(NodeType.CONTROLLER)}
-    return [g for g in groups if g not in ctl] + [g for g in groups if g in ctl]
+    workers, heads = [g for g in groups if g not in ctl], [g for g in groups if g in ctl]
+    return heads + workers if controllers_first else workers + heads
 
 
 def plan_software_update(cluster: ClusterRecord, nodes: Sequence[NodeRecord], busy: frozenset[str],
@@ -102,7 +106,7 @@ def plan_software_update(cluster: ClusterRecord, nodes: Sequence[NodeRecord], bu
             return [FinishSoftwareUpdate(SoftwareUpdateStatus.SUCCEEDED, None, drafts)]
         if su.batches and now < su.last_batch_end + su.wait_seconds:
             return []
-        group = next(g for g in _ordered_groups(cluster, su.groups) if pending[g])
+        group = next(g for g in _ordered_groups(cluster, su.groups, su.slurm_upgrade) if pending[g])
         total = sum(1 for n in mine if n.group == group)
         size = 1 if group in _controller_groups(cluster) else su.batch.size(total)  # never all heads at once
         batch = sorted(pending[group], key=lambda n: n.seq)[:size]

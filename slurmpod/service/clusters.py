@@ -32,8 +32,9 @@ from slurmpod.errors import (
     ValidationException,
     validation_message,
 )
-from slurmpod.lifecycle.images import ImageCatalog, ImageError
+from slurmpod.lifecycle.images import Image, ImageCatalog, ImageError
 from slurmpod.service import nodes as node_ops
+from slurmpod.service import slurm_versions
 from slurmpod.service.nodes import NodeDeleteFailure
 from slurmpod.store.protocol import Store
 from slurmpod.store.retry import ClusterWrite, ConflictRetriesExhausted, Retried, retry_on_conflict
@@ -177,6 +178,9 @@ class ClusterService:
             raise ResourceInUse(f"Cluster {spec.name} already exists.")
         infos = self._snapshots(spec)
         spec = self._legacy_topology(spec, infos)
+        slurm = slurm_versions.mix_findings(spec, slurm_versions.desired_versions(spec, self._image_of))
+        if slurm:
+            raise ValidationException(validation_message(slurm))
         snapshots = {g: i.digest for g, i in infos.items()}
         cluster_id = ids.new_cluster_id()
         now = self.clock.now()
@@ -229,6 +233,15 @@ class ClusterService:
                     "Wait until it is InService."
                 )
             new_spec = merge_update(cur.spec, requested, tuple(groups_to_delete), orchestrator_given)
+            # a new group (or one that names another ImageId) must run a Slurm the controllers can work with
+            versions = slurm_versions.desired_versions(new_spec, self._image_of)
+            for g, vs in slurm_versions.running_versions(self.nodes(cur), self._image_of).items():
+                old, new = cur.spec.group(g), new_spec.group(g)
+                if vs and old is not None and new is not None and old.image_id == new.image_id:
+                    versions[g] = max(vs, key=slurm_versions.release_of)
+            slurm = slurm_versions.mix_findings(new_spec, versions)
+            if slurm:
+                raise ValidationException(validation_message(slurm))
             snapshots = {**dict(cur.lifecycle_snapshots), **{g: i.digest for g, i in infos.items()}}
             now = self.clock.now()
             continuous = new_spec.continuous
@@ -262,6 +275,15 @@ class ClusterService:
             return ["AccountingDatabase is not supported by this server's provider."]
         problem = self.secret_check(adb.secret_arn, caller.account_id)
         return [problem] if problem else []
+
+    def _image_of(self, image_id: str | None) -> Image | None:
+        """The catalogue's image for an ImageId (``None``/``default``: the latest release); None if unknown."""
+        if self.images is None:
+            return None
+        try:
+            return self.images.resolve(image_id)
+        except ImageError:
+            return None
 
     def _image_findings(self, groups: Sequence[InstanceGroupSpec], current: ClusterSpec | None = None) -> list[str]:
         """An ImageId that is not in the image catalogue (``default`` always is); a group keeping its current
@@ -347,9 +369,16 @@ class ClusterService:
             busy = [g for g in names if group_busy(cur.group_states, g)]
             if busy:
                 raise ConflictException(f"Instance group(s) {', '.join(busy)} are Creating or Updating.")
+            upgrade = False
+            if target is not None:
+                nodes = self.nodes(cur)
+                slurm = slurm_versions.update_findings(cur.spec, nodes, names, target, self._image_of)
+                if slurm:
+                    raise ValidationException(validation_message(slurm))
+                upgrade = slurm_versions.is_upgrade(nodes, names, target, self._image_of)
             now = self.clock.now()
             su = new_software_update(ids.new_operation_id(), target.image_id if target else (image_id or "default"),
-                                     names, deployment, now)
+                                     names, deployment, now, slurm_upgrade=upgrade)
             in_progress = {g: SoftwareUpdateStatus.IN_PROGRESS for g in names}
             upd = cluster_to(cur, ClusterStatus.SYSTEM_UPDATING, software_update=su, operation_id=su.operation_id,
                           software_update_status={**cur.software_update_status, **in_progress})

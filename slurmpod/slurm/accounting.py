@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 
+from slurmpod.providers.base import NodeFile
 from slurmpod.slurm.conf import SLURMDBD_PORT
 
 MYSQL_DATADIR = "/var/lib/mysql"
@@ -36,6 +37,14 @@ SLURMDBD_PID_FILE = "/run/slurmdbd.pid"
 SLURMDBD_LOG_FILE = "/var/log/slurm/slurmdbd.log"
 STORAGE_USER = "slurm"
 STORAGE_LOC = "slurm_acct_db"
+
+#: slurmdbd accepts ``DbdHost=localhost`` on any host (22.05 and later), so the conf is known before the host boots
+DBD_HOST = "localhost"
+#: run by mariadb.service at every start (``init-file``): the slurm user, its password, its grants (0600 mysql)
+INIT_SQL = "/etc/slurmpod/accounting-init.sql"
+_MARIADB_UNIT = "/lib/systemd/system/mariadb.service"
+_SLURMDBD_UNIT = "/etc/systemd/system/slurmdbd.service"
+_WANTS = "/etc/systemd/system/multi-user.target.wants"
 
 _HOST_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*$")
 _SQL_NAME_OK = re.compile(r"^[A-Za-z0-9_$]+$")
@@ -152,3 +161,32 @@ def background_argv(log_file: str, argv: list[str]) -> list[str]:
 def port_probe_argv(port: int, host: str = "127.0.0.1") -> list[str]:
     """Exit 0 iff something accepts TCP connections on ``host:port`` (bash's /dev/tcp, no extra tools)."""
     return ["timeout", "2", "bash", "-c", f"exec 3<>/dev/tcp/{host}/{int(port)}"]
+
+
+def seed_datadir_script() -> str:
+    """Shell (run as root before mariadbd starts): an uninitialised datadir (no ``INIT_MARKER``) becomes a sparse
+    copy of the image's ``MARIADB_TEMPLATE``; an initialised one, or an image without the template, is left alone."""
+    return (f"install -d -m 0750 -o mysql -g mysql {MYSQL_DATADIR} && "
+            f"{{ test -e {INIT_MARKER} || ! test -d {MARIADB_TEMPLATE}/mysql || "
+            f"{{ find {MYSQL_DATADIR} -mindepth 1 -maxdepth 1 -exec rm -rf {{}} + && "
+            f"cp -a --sparse=always {MARIADB_TEMPLATE}/. {MYSQL_DATADIR}/; }}; }}")
+
+
+def boot_files(munge_key: bytes, dbd_conf: str, *, password: str | None) -> list[NodeFile]:
+    """A systemd accounting host's files before its first boot, so munge, MariaDB (seeded from the image's
+    template, the slurm user made by ``init-file``) and slurmdbd start during the boot itself. ``password=None``:
+    slurmdbd stores into an external database (no local MariaDB)."""
+    files = [NodeFile("/etc/munge/munge.key", munge_key, 0o400, "munge"),
+             NodeFile(SLURMDBD_CONF, dbd_conf.encode(), 0o600, "slurm"),
+             NodeFile(f"{_WANTS}/slurmdbd.service", link=_SLURMDBD_UNIT)]
+    if password is not None:
+        files += [
+            NodeFile("/etc/systemd/system/mariadb.service.d/50-slurmpod-accounting.conf",
+                     ("# slurmpod: the accounting host's datadir, seeded from the image before the first start\n"
+                      f"[Service]\nExecStartPre=+/bin/sh -c '{seed_datadir_script()}'\n").encode(), 0o644),
+            NodeFile("/etc/mysql/mariadb.conf.d/70-slurmpod-accounting.cnf",
+                     f"# slurmpod: the slurm user of slurmdbd\n[mysqld]\ninit-file={INIT_SQL}\n".encode(), 0o644),
+            NodeFile(INIT_SQL, slurm_user_sql(password), 0o600, "mysql"),
+            NodeFile(f"{_WANTS}/mariadb.service", link=_MARIADB_UNIT),
+        ]
+    return files

@@ -139,16 +139,18 @@ def _wait(predicate: Callable[[], bool], timeout: float, sleep: Sleep, clock: Cl
         sleep(POLL_INTERVAL)
 
 
+#: the PID in a pid file, else (a systemd node: Slurm 24.11 under ``--systemd`` writes no pid file) the unit's
+#: MainPID; printed only if that process is alive and is ``comm`` (guards against PID reuse); one command
+_READ_PID = ('p=$(cat "$1" 2>/dev/null); if [ -z "$p" ] && [ -n "$3" ] && [ -d /run/systemd/system ]; then '
+             'p=$(systemctl show -p MainPID --value "$3" 2>/dev/null); fi; case "$p" in ""|0|*[!0-9]*) exit 1;; esac; '
+             '[ "$(cat /proc/$p/comm 2>/dev/null)" = "$2" ] && echo "$p"')
+
+
 def read_pid(runner: CommandRunner, pid_file: str, comm: str) -> int | None:
-    """PID in ``pid_file`` if that process is alive and is ``comm`` (guards against PID reuse)."""
-    r = _run(runner, ["cat", pid_file], timeout=10)
-    if r.returncode != 0 or not r.stdout.strip().isdigit():
-        return None
-    pid = int(r.stdout.strip())
-    c = _run(runner, ["cat", f"/proc/{pid}/comm"], timeout=10)
-    if c.returncode != 0 or c.stdout.strip() != comm:
-        return None
-    return pid
+    """PID of daemon ``comm``: from ``pid_file``, or its unit's MainPID on a systemd node; None if not running."""
+    r = _run(runner, ["sh", "-c", _READ_PID, "sh", pid_file, comm, units.UNITS.get(comm, "")], timeout=10)
+    out = r.stdout.strip()
+    return int(out) if r.returncode == 0 and out.isdigit() else None
 
 
 def _alive(runner: CommandRunner, pid: int) -> bool:
@@ -403,9 +405,11 @@ class SlurmControl:
         return ping(self.runner)
 
     def nodes(self) -> list[SlurmNode]:
-        r = _run(self.runner, ["sinfo", "--json"])
+        # Slurm >= 23.02: scontrol's per-node JSON (24.11's ``sinfo --json`` groups nodes by state and partition);
+        # 22.05's scontrol has no --json and refuses it at once: then sinfo's per-node JSON (openapi v0.0.38)
+        r = _run(self.runner, ["sh", "-c", "scontrol show nodes --json 2>/dev/null || exec sinfo --json"])
         if r.returncode != 0:
-            raise SlurmError(f"sinfo --json failed: {(r.stderr or r.stdout).strip()}")
+            raise SlurmError(f"scontrol/sinfo --json failed: {(r.stderr or r.stdout).strip()}")
         return parse_sinfo_json(r.stdout)
 
     def node(self, name: str) -> SlurmNode | None:

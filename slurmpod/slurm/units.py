@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import slurmpod.slurm.control as control
-from slurmpod.providers.base import CommandRunner
+from slurmpod.providers.base import CommandRunner, NodeFile
+from slurmpod.providers.nodefiles import write_files
 
 SYSTEMD_RUN_DIR = "/run/systemd/system"
 SLURMD_UNIT = "/etc/systemd/system/slurmd.service"
@@ -102,18 +103,31 @@ def start_munge(runner: CommandRunner, key: bytes) -> None:
     systemctl(runner, "restart", "munge")
 
 
+def slurmd_files(node_conf: str | None) -> list[NodeFile]:
+    """The slurmd wrapper and (compute nodes) the node's dynamic-node arguments."""
+    files = [NodeFile(SLURMD_WRAPPER, WRAPPER.encode(), 0o755)]
+    if node_conf is not None:
+        files.append(NodeFile(SLURMD_ARGS, f"-Z\n--conf\n{node_conf}\n".encode(), 0o644))
+    return files
+
+
+def keep_slurmd_template(runner: CommandRunner, node_conf: str | None = "") -> None:
+    """Keeps the image's slurmd.service (with the ``${SLURMD_OPTIONS}`` placeholder) as the template before any
+    lifecycle script renders it; ``node_conf=None`` (not a compute node) removes dynamic-node arguments."""
+    r = control._run(runner, ["sh", "-c", f'grep -qF "$1" {SLURMD_UNIT} || exit 0; test -e {SLURMD_TEMPLATE} '
+                              f'|| {{ mkdir -p /etc/slurmpod && cp -p {SLURMD_UNIT} {SLURMD_TEMPLATE}; }}',
+                              "sh", PLACEHOLDER], timeout=10)
+    if r.returncode != 0:
+        raise control.SlurmError(f"keeping the image's slurmd.service failed: {r.stderr.strip()[-300:]}")
+    if node_conf is None:
+        control._run(runner, ["rm", "-f", SLURMD_ARGS], timeout=10)
+
+
 def prepare_slurmd(runner: CommandRunner, node_conf: str | None) -> None:
     """Before any lifecycle script: keep the image's slurmd.service template, install the wrapper, and write the
     node's dynamic-node arguments (None: not a compute node; the wrapper then adds nothing)."""
-    r = control._run(runner, ["grep", "-qF", PLACEHOLDER, SLURMD_UNIT], timeout=10)
-    if r.returncode == 0 and control._run(runner, ["test", "-e", SLURMD_TEMPLATE], timeout=10).returncode != 0:
-        control.ensure_dir(runner, "/etc/slurmpod")
-        control._check(runner, ["cp", "-p", SLURMD_UNIT, SLURMD_TEMPLATE])
-    control.write_file(runner, SLURMD_WRAPPER, WRAPPER.encode(), 0o755)
-    if node_conf is None:
-        control._run(runner, ["rm", "-f", SLURMD_ARGS], timeout=10)
-    else:
-        control.write_file(runner, SLURMD_ARGS, f"-Z\n--conf\n{node_conf}\n".encode(), 0o644)
+    keep_slurmd_template(runner, node_conf)
+    write_files(runner, slurmd_files(node_conf))
 
 
 def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], node_conf: str) -> None:

@@ -18,7 +18,7 @@ from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.lifecycle import imagebuild
 from slurmpod.lifecycle.imagebuild import BuildError, BuildRequest, ProgressFilter, build_image, sources
 from slurmpod.lifecycle.images import BUILTIN, Image, ImageCatalog, ImageError, image_users
-from slurmpod.lifecycle.imagestore import ImageStore, Manifest, mounts_under
+from slurmpod.lifecycle.imagestore import ImageStore, ImageStoreError, Manifest, mounts_under
 from slurmpod.store.sql import SqlStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -354,6 +354,30 @@ def test_adopt_the_default_image(tmp_path: Path) -> None:
     assert (image.suite, image.slurm_version, image.release) == ("bookworm", "22.05.8", "1.0.1")
     assert cat.adopt(store, AMI, tmp_path) == image and cat.latest() == image
     assert store.live_refs(AMI) == [str(tmp_path)]
+
+
+def test_each_suite_has_its_default_and_bookworm_is_the_store_default(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
+
+    store = ImageStore(tmp_path / "images")
+    bookworm = _stored(store, recipe=RECIPE_VERSION)
+    trixie = replace(bookworm, id="ami-0000000000000beef", suite="trixie", slurm_version="24.11.5")
+    store.set_default(bookworm)
+    store.set_default(trixie, primary=False)  # a trixie default does not replace the store's default
+    assert store.default_pointer()["image_id"] == bookworm.id
+    assert store.default_pointer("trixie")["image_id"] == trixie.id
+    assert store.default_pointer("bookworm")["image_id"] == bookworm.id
+    cat = ImageCatalog(Settings())
+    with pytest.raises(ImageError, match="install.sh builds the trixie default image"):
+        cat.adopt(store, "trixie", tmp_path)  # pointed at, but not stored
+    assert cat.adopt(store, "bookworm", tmp_path).image_id == bookworm.id
+    with pytest.raises(ImageStoreError):
+        store.default_pointer("../etc")
+    # a store written before per-suite pointers: default.json answers for its own suite only
+    (store.root / "defaults" / "bookworm.json").unlink()
+    assert store.default(RECIPE_VERSION, "bookworm") is not None and store.default_pointer("sid") == {}
 
 
 def test_cli_register_and_delete_shared_files(tmp_path: Path) -> None:

@@ -56,3 +56,17 @@ def test_compute_groups_take_over_nothing() -> None:
     nodes = (_node(1, "ctl"), _node(2, "ctl"), _node(3, "work", InstanceStatus.SHUTTING_DOWN))
     creates = [a for a in _plan(nodes) if isinstance(a, CreateNodes)]
     assert creates == [CreateNodes("work", 1)]
+
+
+def test_baseline_waits_until_every_controller_has_an_address() -> None:
+    """resource_config.json (written in baseline, read by lifecycle scripts to find the controller) must name every
+    controller: a worker booting faster than a controller waits for its launch."""
+    from slurmpod.reconciler.plan import may_start_baseline
+
+    pending = replace(_node(1, "ctl", InstanceStatus.PENDING), phases=(), ip=None)
+    launched = replace(_node(2, "ctl", InstanceStatus.PENDING), phases=("launched",))
+    worker = replace(_node(3, "work", InstanceStatus.PENDING), phases=("launched",))
+    assert not may_start_baseline(_cluster(), (pending, launched, worker))
+    assert may_start_baseline(_cluster(), (replace(pending, phases=("launched",)), launched, worker))
+    gone = replace(pending, status=InstanceStatus.SHUTTING_DOWN)  # leaving controllers do not count
+    assert may_start_baseline(_cluster(), (gone, launched, worker))

@@ -62,6 +62,19 @@ def test_controllers_go_last_and_one_at_a_time() -> None:
     assert isinstance(action, rolling.StartNodeUpdates) and action.instance_ids == ("i-0",)
 
 
+def test_a_slurm_major_upgrade_updates_the_controllers_first() -> None:
+    """SchedMD's order (slurmdbd, slurmctld, then slurmd): the accounting host follows the first controller's boot;
+    the compute nodes go once every controller runs the new release."""
+    (action,) = _plan(_update(batch=2, slurm_upgrade=True), _nodes())
+    assert isinstance(action, rolling.StartNodeUpdates) and action.instance_ids == ("i-0",)
+    (action,) = _plan(_update(batch=2, slurm_upgrade=True, batches=1), _nodes({0: NEW}))
+    assert isinstance(action, rolling.StartNodeUpdates) and action.instance_ids == ("i-1", "i-2")
+    su = _update(slurm_upgrade=True)
+    assert SoftwareUpdate.from_dict(su.to_dict()) == su  # survives the store
+    assert SoftwareUpdate.from_dict({k: v for k, v in su.to_dict().items() if k != "slurm_upgrade"}).slurm_upgrade \
+        is False  # rows written before the field existed
+
+
 def test_waits_between_batches() -> None:
     su = _update(batch=2, wait=60, batches=1, last_batch_end=90.0)
     assert _plan(su, _nodes({1: NEW, 2: NEW}), now=100.0) == []

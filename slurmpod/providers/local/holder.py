@@ -6,6 +6,7 @@ netns it is in. That triple is stored in ``meta.json`` so a new provider object 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -13,17 +14,19 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmpod.providers.base import TemporaryProviderError
+from slurmpod.providers.base import NodeFile, TemporaryProviderError
 from slurmpod.providers.local.netns import netns_path
 
 NODEINIT = Path(__file__).with_name("nodeinit.py")
 READY_FILE = "/run/slurmpod-ready"
 BOOT_TIMEOUT = 20.0
 STOP_TIMEOUT = 10.0
+#: a new root volume's files (``InstanceRequest.files``) for nodeinit, next to boot.json; nodeinit removes it
+SEED_FILE = "seed.json"
 
 
 def start_time(pid: int) -> str | None:
@@ -122,6 +125,15 @@ def _log_tail(log: Path, n: int = 8) -> str:
 #: moves itself into the cgroup whose ``cgroup.procs`` is argv[1], then execs argv[2:] (``unshare --cgroup``
 #: then makes that cgroup the node's cgroup-namespace root)
 _INTO_CGROUP = "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); os.execvp(sys.argv[2], sys.argv[2:])"
+
+
+def write_seed(path: Path, files: Sequence[NodeFile]) -> None:
+    """``files`` as nodeinit reads them (``[[path, base64, mode, owner, link], ...]``), in a file only root reads
+    (they may hold the cluster's munge key or a database password)."""
+    rows = [[f.path, base64.b64encode(f.content).decode(), f.mode, f.owner, f.link] for f in files]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(rows, fh)
 
 
 def start(netns: str, boot_cfg: dict, instance_dir: Path, cgroup: Path | None = None) -> Boot:

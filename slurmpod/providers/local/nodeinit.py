@@ -13,8 +13,10 @@ The boot file (JSON) holds: ``hostname``, ``lower`` (image root), ``upper``, ``w
 (assembly point), ``hosts`` (cluster hosts file), ``volumes`` ([[host_dir, node_path], ...]),
 ``hide`` (host paths covered by an empty tmpfs, e.g. the provider's state dir), ``devices`` ([[/dev/NAME,
 major, minor], ...]: extra character devices in the node's /dev, e.g. emulated GPUs), ``files``
-([[node_path, text, mode], ...] written into the root volume at every boot) and ``token`` (written
-to ``/run/slurmpod-ready`` once the root is assembled).
+([[node_path, text, mode], ...] written into the root volume at every boot), ``seed`` (optional: a host
+file of a new root volume's files, ``[[node_path, base64, mode, owner, link], ...]``, read and removed before
+pivot_root, written inside after it) and ``token`` (written to ``/run/slurmpod-ready`` once the root is
+assembled).
 
 ``init`` selects what PID 1 becomes:
 
@@ -29,6 +31,7 @@ to ``/run/slurmpod-ready`` once the root is assembled).
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import json
 import os
@@ -191,6 +194,7 @@ def build_root(cfg: dict) -> None:
     if systemd:
         _harden(r)
 
+    seed = _take_seed(cfg)
     os.chdir(r)
     nr = SYS_PIVOT_ROOT.get(platform.machine())
     if nr is None:
@@ -200,6 +204,43 @@ def build_root(cfg: dict) -> None:
     os.chdir("/")
     # From here on paths resolve inside the node: an image's absolute symlinks cannot reach the host.
     _per_boot(cfg, systemd)
+    _write_seed(seed)
+
+
+def _take_seed(cfg: dict) -> list:
+    """The new root volume's files (``seed``: a host file the provider wrote for this boot), read and removed."""
+    path = cfg.get("seed")
+    if not path:
+        return []
+    with open(path) as fh:
+        rows = json.load(fh)
+    os.unlink(path)
+    return rows
+
+
+def _write_seed(rows: list) -> None:
+    """Writes the seed's files (and symlinks) inside the node, owners resolved in the image's passwd/group."""
+    if not rows:
+        return
+    users, groups = _ids("")
+    for path, data, mode, owner, link in rows:
+        parent = os.path.dirname(path)
+        os.makedirs(parent, exist_ok=True)
+        tmp = f"{parent}/.{os.path.basename(path)}.slurmpod-seed"
+        if link:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.symlink(link, tmp)
+        else:
+            user, _, group = owner.partition(":")
+            uid = users.get(user, 0)
+            gid = groups.get(group or user, 0)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(base64.b64decode(data))
+            os.chown(tmp, uid, gid)
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
 
 
 def _inside(r: str, path: str, strict: bool) -> str:

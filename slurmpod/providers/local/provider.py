@@ -14,13 +14,14 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from slurmpod.ids import hostname_for_ip
 from slurmpod.providers.base import (
     InstanceRequest,
     InsufficientCapacity,
+    NodeFile,
     PermanentProviderError,
     ProviderError,
     ProviderInstance,
@@ -29,6 +30,7 @@ from slurmpod.providers.base import (
 )
 from slurmpod.providers.local import holder, netns
 from slurmpod.providers.local.commands import host_run
+from slurmpod.providers.local.holder import SEED_FILE, write_seed
 from slurmpod.providers.local.imds import ImdsServer
 from slurmpod.providers.local.imds_source import http_tokens, record_metadata
 from slurmpod.providers.local.layout import Layout, bridge_name, link_alias, netns_name, veth_name
@@ -171,13 +173,13 @@ class LocalProvider:
                 if self._alive(rec):
                     return self._describe(rec, True)
                 self._stop(rec)  # known but not running (e.g. crashed mid-launch): boot it again
-                self._boot(rec)
+                self._boot(rec, request.files)
                 self._imds_attach(rec, required=False)
                 return self._describe(rec, True)
             self.prepare_cluster(request.cluster_id)
             rec = self._create_record(request)
             try:
-                self._boot(rec)
+                self._boot(rec, request.files)
                 self._imds_attach(rec, required=True)
             except BaseException:
                 self._destroy(rec)
@@ -227,8 +229,11 @@ class LocalProvider:
                 count += 1
         return count
 
-    def _boot(self, rec: InstanceRecord) -> None:
-        """Network (idempotent) + a new holder over the record's root volume; waits until the runner works."""
+    def _boot(self, rec: InstanceRecord, files: Sequence[NodeFile] = ()) -> None:
+        """Network (idempotent) + a new holder over the record's root volume; waits until the runner works.
+
+        ``files`` (a new root volume's, see ``InstanceRequest.files``) go to nodeinit in a 0600 seed file it
+        removes once read; it writes them after pivot_root, before the node's init starts."""
         t0 = time.monotonic()
         net = read_json(self.layout.network(rec.cluster_id), None)
         if net is None:
@@ -265,7 +270,14 @@ class LocalProvider:
             cfg["init"] = "systemd"
             cfg["files"] = node_files(net["subnet"])
             host_limits_once()
-        boot = holder.start(rec.netns, cfg, inst, cgroup)
+        seed = inst / SEED_FILE
+        if files:
+            write_seed(seed, files)
+            cfg["seed"] = str(seed)
+        try:
+            boot = holder.start(rec.netns, cfg, inst, cgroup)
+        finally:
+            seed.unlink(missing_ok=True)  # read (and removed) by nodeinit; never left behind by a failed boot
         self._popens[rec.instance_id] = boot.popen
         rec.holder_pid, rec.holder_start = boot.holder_pid, boot.holder_start
         rec.unshare_pid, rec.unshare_start = boot.unshare_pid, boot.unshare_start
@@ -345,7 +357,7 @@ class LocalProvider:
             if request.metadata:
                 rec.metadata = dict(request.metadata)
             rec.devices = list(request.devices)
-            self._boot(rec)
+            self._boot(rec, request.files)
             self._imds_attach(rec, required=False)
             return self._describe(rec, True)
 

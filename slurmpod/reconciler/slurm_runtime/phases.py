@@ -30,9 +30,10 @@ from slurmpod.lifecycle.resource_config import (
     provisioning_parameters,
     render_resource_config,
 )
-from slurmpod.lifecycle.run import DEFAULT_LOG_PATH, format_failure, run_lifecycle_script, write_node_file
+from slurmpod.lifecycle.run import DEFAULT_LOG_PATH, format_failure, run_lifecycle_script
 from slurmpod.lifecycle.snapshot import load_snapshot
-from slurmpod.providers.base import CommandRunner, ProviderError
+from slurmpod.providers.base import CommandRunner, NodeFile, ProviderError
+from slurmpod.providers.nodefiles import write_files
 from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.runtime import NodeBootError
 from slurmpod.reconciler.slurm_runtime import gpus
@@ -77,36 +78,54 @@ def launched(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     if rt.accounting is not None and rt.wants_accounting(cluster) and group.node_type == NodeType.CONTROLLER:
         # the accounting host boots in parallel with the controller; daemons() waits for it
         rt.accounting.begin(cluster.cluster_id, cluster.name, rt.munge_key(cluster.cluster_id),
-                            rt.external_db(cluster))
+                            rt.external_db(cluster), rt.accounting_image(cluster))
     inst = rt.provider.launch(rt.request(cluster, node))
     return {"ip": inst.ip, "hostname": inst.hostname}
+
+
+def boot_files(rt: SlurmRuntime, cluster: ClusterRecord) -> list[NodeFile]:
+    """What every node of ``cluster`` gets before anything runs in it: the munge key (the image's munge.service
+    starts on it at first boot), the cluster's root SSH key, log rotation and provisioning_parameters.json. The
+    provider places them on a new root volume when it can (``InstanceRequest.files``); ``baseline`` writes them
+    again in one command either way."""
+    private, public = rt.files.ssh_key(cluster.cluster_id)
+    return [
+        NodeFile(control.MUNGE_KEY, rt.munge_key(cluster.cluster_id), 0o400, "munge"),
+        NodeFile("/root/.ssh/id_ed25519", private, 0o600),
+        NodeFile("/root/.ssh/id_ed25519.pub", public, 0o644),
+        NodeFile("/root/.ssh/authorized_keys", public, 0o600),
+        NodeFile("/etc/logrotate.d/slurmpod", LOGROTATE, 0o644),
+        NodeFile(PROVISIONING_PARAMETERS_PATH, provisioning_parameters_json(cluster).encode(), 0o644),
+    ]
+
+
+#: directories ``baseline`` makes (mode and owner set even when the image has them)
+BASELINE_DIRS = (("/var/log/slurm", 0o755, "slurm"), ("/var/log/slurmpod", 0o755, "root"),
+                 ("/root/.ssh", 0o700, "root"))
 
 
 def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
              nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
     r = rt.runner(cluster, node)
-    control.start_munge(r, rt.munge_key(cluster.cluster_id))
-    for d in ("/var/log/slurm", "/var/log/slurmpod"):
-        control.ensure_dir(r, d, 0o755, "slurm" if d.endswith("slurm") else "root")
-    private, public = rt.files.ssh_key(cluster.cluster_id)
-    control.ensure_dir(r, "/root/.ssh", 0o700)
-    control.write_file(r, "/root/.ssh/id_ed25519", private, 0o600, "root")
-    control.write_file(r, "/root/.ssh/id_ed25519.pub", public, 0o644, "root")
-    control.write_file(r, "/root/.ssh/authorized_keys", public, 0o600, "root")
-    control.write_file(r, "/etc/logrotate.d/slurmpod", LOGROTATE, 0o644, "root")
-    write_node_file(r, RESOURCE_CONFIG_PATH, resource_config(cluster, nodes))
-    write_node_file(r, PROVISIONING_PARAMETERS_PATH, provisioning_parameters_json(cluster))
+    image = rt.image_lookup(node.image_id)
+    compute = group.node_type in (NodeType.COMPUTE, None)
+    files = [*boot_files(rt, cluster),
+             NodeFile(RESOURCE_CONFIG_PATH, resource_config(cluster, nodes).encode(), 0o644),
+             NodeFile("/etc/slurmpod/image", f"{image.image_id} {image.release}\n".encode(), 0o644)]
+    systemd = units.uses_systemd(r)
+    if systemd:
+        files += units.slurmd_files(compute_node_conf(group) if compute else None)
+    write_files(r, files, BASELINE_DIRS)
+    control.start_munge(r, rt.munge_key(cluster.cluster_id))  # a no-op when munge.service started on the key
     gpus.write_node_gres(r, cluster.spec, group)
-    if units.uses_systemd(r):
-        units.prepare_slurmd(r, compute_node_conf(group) if group.node_type in (NodeType.COMPUTE, None) else None)
+    if systemd:
+        units.keep_slurmd_template(r, compute_node_conf(group) if compute else None)
         _default_user_home(r)
     if group.node_type == NodeType.CONTROLLER:
         # HyperPod writes an API-driven cluster's slurm.conf before the lifecycle scripts run (AWS's start_slurm.sh
         # edits /opt/slurm/etc/slurm.conf and starts slurmctld itself); daemons() keeps what they add
         control.write_controller_conf(r, _controller_conf(rt, cluster, nodes, rt.accounting_address(cluster)),
                                       render_cgroup_conf())
-    image = rt.image_lookup(node.image_id)
-    write_node_file(r, "/etc/slurmpod/image", f"{image.image_id} {image.release}\n")
     if image.setup_script:
         res = r.run(["bash", "-euo", "pipefail", "-s"], input=image.setup_script.encode(), timeout=600)
         if res.returncode != 0:

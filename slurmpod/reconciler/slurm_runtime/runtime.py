@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.slurm_release import is_major_upgrade
 from slurmpod.domain.spec import ClusterSpec
-from slurmpod.domain.status import InstanceStatus, NodeType
+from slurmpod.domain.status import InstanceStatus, NodeType, UpdatePhase
 from slurmpod.lifecycle.images import Image
 from slurmpod.lifecycle.logstreams import LogStreams
 from slurmpod.lifecycle.sources import LifecycleSourceError
@@ -124,7 +125,19 @@ class SlurmRuntime:
         if self.accounting is None or not self.wants_accounting(cluster):
             return None
         return self.accounting.ensure(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id),
-                                      self.external_db(cluster))
+                                      self.external_db(cluster), self.accounting_image(cluster))
+
+    def accounting_image(self, cluster: ClusterRecord) -> Image:
+        """The image of the cluster's controllers, which the accounting host follows to later Slurm releases (never
+        back): the controller group's, or the target of a software update of that group (slurmdbd goes first)."""
+        ctl = next(iter(cluster.spec.groups_of(NodeType.CONTROLLER)), None)
+        image = self.image_lookup(ctl.image_id if ctl is not None else None)
+        su = cluster.software_update
+        if ctl is not None and su is not None and su.phase == UpdatePhase.UPDATE and ctl.name in su.groups:
+            target = self.image_lookup(su.target_image)
+            if is_major_upgrade(image.slurm_version, target.slurm_version):
+                return target
+        return image
 
     def accounting_address(self, cluster: ClusterRecord) -> AccountingConfig | None:
         """Where slurmctld finds slurmdbd, known as soon as the accounting host has its address (its database and
@@ -132,7 +145,7 @@ class SlurmRuntime:
         if self.accounting is None or not self.wants_accounting(cluster):
             return None
         return self.accounting.address(cluster.cluster_id, cluster.name, self.munge_key(cluster.cluster_id),
-                                       self.external_db(cluster))
+                                       self.external_db(cluster), self.accounting_image(cluster))
 
     def accounting_config(self, cluster: ClusterRecord) -> AccountingConfig | None:
         """Where slurmctld finds slurmdbd: the last config of this process, else (after a restart, or when the
@@ -194,6 +207,7 @@ class SlurmRuntime:
             # served by the node's instance metadata (IMDS) as on EC2
             metadata={"region": cluster.region, "availability-zone": f"{cluster.region}a",
                       "account-id": cluster.account_id},
+            files=tuple(phases.boot_files(self, cluster)),
         )
 
     # ---- the ClusterRuntime protocol ----------------------------------------------------------------

@@ -23,7 +23,8 @@ from slurmpod.reconciler.work import Context, Park, with_topology
 
 log = logging.getLogger("slurmpod.reconciler")
 
-#: the daemons gate is closed (no Running controller yet, or slurm.conf behind): run again later
+#: a gate is closed (baseline: a controller has no address yet; daemons: no Running controller yet, or slurm.conf
+#: behind): run again later
 GATE_CLOSED = Park(0.0)
 
 
@@ -58,6 +59,10 @@ def run_phases(ctx: Context, cluster: ClusterRecord, node: NodeRecord, *, resume
             current = ctx.store.update_node(replace(current, data={
                 k: v for k, v in current.data.items() if k != resume_key}))
             dirty = False
+        if phase == "baseline" and not p.may_start_baseline(fresh, ctx.store.list_nodes(cid)):
+            if dirty:
+                _flush(ctx, current)
+            return GATE_CLOSED  # a controller has no address yet: resource_config.json would not name it
         if phase == "daemons" and not _gate_open(ctx, fresh, current):
             if dirty:
                 _flush(ctx, current)

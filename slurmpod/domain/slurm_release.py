@@ -1,0 +1,94 @@
+"""Slurm releases and SchedMD's upgrade rules (pure).
+
+A Slurm *major release* is ``YY.MM`` (22.05, 23.02, 23.11, 24.05, 24.11, 25.05, 25.11, ...); a package version
+such as ``24.11.5-4+deb13u1`` belongs to major 24.11. SchedMD's rules for upgrading a cluster
+(https://slurm.schedmd.com/upgrades.html): slurmdbd first, then the slurmctlds, then slurmd and the clients;
+a daemon may be at most two major releases older than the one it talks to, so an upgrade may not skip more than
+two releases (22.05 -> 23.11 is fine, 22.05 -> 24.11 is four releases and is refused), and there is no downgrade
+of a daemon's saved state.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: every major release since 20.02, in order (from 2024 on SchedMD releases in May and November)
+KNOWN_MAJORS: tuple[tuple[int, int], ...] = (
+    (20, 2), (20, 11), (21, 8), (22, 5), (23, 2), (23, 11), (24, 5), (24, 11), (25, 5), (25, 11),
+)
+#: how many major releases an upgrade may jump
+MAX_JUMP = 2
+
+_VERSION = re.compile(r"^\s*(\d{2})\.(\d{1,2})(?:\.(\d+))?")
+
+
+@dataclass(frozen=True, order=True)
+class SlurmRelease:
+    """A major release: ``SlurmRelease(24, 11)``, shown as ``24.11``."""
+
+    year: int
+    month: int
+
+    def __str__(self) -> str:
+        return f"{self.year:02d}.{self.month:02d}"
+
+
+def major_of(version: str) -> SlurmRelease | None:
+    """The major release of a package or Slurm version string (None when it is not one, e.g. empty)."""
+    m = _VERSION.match(version or "")
+    return SlurmRelease(int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _index(rel: SlurmRelease) -> int:
+    """Position in the release sequence; releases after the known ones follow SchedMD's May/November cadence."""
+    key = (rel.year, rel.month)
+    if key in KNOWN_MAJORS:
+        return KNOWN_MAJORS.index(key)
+    last_year, _ = KNOWN_MAJORS[-1]
+    if rel.year > last_year:
+        return len(KNOWN_MAJORS) - 1 + 2 * (rel.year - last_year) - (1 if rel.month <= 5 else 0)
+    # an unknown release between known ones: counts as the next known one
+    return next((i for i, k in enumerate(KNOWN_MAJORS) if k >= key), len(KNOWN_MAJORS))
+
+
+def releases_between(old: SlurmRelease, new: SlurmRelease) -> int:
+    """How many major releases ``new`` is after ``old`` (negative: older)."""
+    return _index(new) - _index(old)
+
+
+def upgrade_problem(current: str, target: str) -> str | None:
+    """Why nodes on Slurm ``current`` may not move to Slurm ``target`` (versions as the images record them);
+    None when they may (same major release, or an upgrade of at most ``MAX_JUMP`` releases, or a version unknown)."""
+    old, new = major_of(current), major_of(target)
+    if old is None or new is None or old == new:
+        return None
+    jump = releases_between(old, new)
+    if jump < 0:
+        return (f"Slurm {new} is older than the Slurm {old} the nodes run: Slurm cannot be downgraded (its saved "
+                "state and accounting database are converted on upgrade).")
+    if jump > MAX_JUMP:
+        return (f"Slurm {old} -> {new} skips {jump - 1} major releases; Slurm upgrades at most {MAX_JUMP} major "
+                f"releases at a time (update to an image with an intermediate release first).")
+    return None
+
+
+def is_major_upgrade(current: str, target: str) -> bool:
+    """``target`` is a later major release than ``current`` (the daemons must then go slurmdbd, slurmctld,
+    slurmd, in that order)."""
+    old, new = major_of(current), major_of(target)
+    return old is not None and new is not None and new > old
+
+
+def mix_problem(controller: str, worker: str) -> str | None:
+    """Why slurmd/clients on Slurm ``worker`` cannot work with slurmctld on Slurm ``controller`` (None when they
+    can: the same release, or a worker at most ``MAX_JUMP`` releases older)."""
+    ctl, wrk = major_of(controller), major_of(worker)
+    if ctl is None or wrk is None or ctl == wrk:
+        return None
+    behind = releases_between(wrk, ctl)
+    if behind < 0:
+        return f"Slurm {wrk} is newer than the controllers' Slurm {ctl} (slurmd may not be newer than slurmctld)"
+    if behind > MAX_JUMP:
+        return f"Slurm {wrk} is more than {MAX_JUMP} major releases older than the controllers' Slurm {ctl}"
+    return None

@@ -1,0 +1,41 @@
+from slurmpod.domain.slurm_release import (
+    SlurmRelease,
+    is_major_upgrade,
+    major_of,
+    mix_problem,
+    releases_between,
+    upgrade_problem,
+)
+
+
+def test_major_of_package_versions() -> None:
+    assert major_of("24.11.5-4+deb13u1") == SlurmRelease(24, 11)
+    assert major_of("22.05.8-4+deb12u3") == SlurmRelease(22, 5)
+    assert str(major_of("22.05.8")) == "22.05"
+    assert major_of("") is None and major_of("unknown") is None
+
+
+def test_release_distance_follows_the_release_sequence() -> None:
+    assert releases_between(SlurmRelease(22, 5), SlurmRelease(24, 11)) == 4
+    assert releases_between(SlurmRelease(23, 11), SlurmRelease(24, 11)) == 2
+    assert releases_between(SlurmRelease(24, 11), SlurmRelease(22, 5)) == -4
+    assert releases_between(SlurmRelease(25, 11), SlurmRelease(26, 5)) == 1  # after the known list
+    assert releases_between(SlurmRelease(25, 11), SlurmRelease(26, 11)) == 2
+
+
+def test_upgrade_rules() -> None:
+    assert upgrade_problem("24.11.5", "24.11.6") is None  # same major release
+    assert upgrade_problem("23.11.1", "24.11.5") is None  # two releases
+    msg = upgrade_problem("22.05.8-4+deb12u3", "24.11.5-4+deb13u1")
+    assert msg is not None and "22.05" in msg and "24.11" in msg and "at most 2" in msg
+    down = upgrade_problem("24.11.5", "22.05.8")
+    assert down is not None and "downgraded" in down and "22.05" in down and "24.11" in down
+    assert upgrade_problem("", "24.11.5") is None  # unknown version: not judged
+    assert is_major_upgrade("24.05.1", "24.11.5") and not is_major_upgrade("24.11.1", "24.11.5")
+
+
+def test_workers_may_lag_controllers_by_two_releases_never_lead() -> None:
+    assert mix_problem("24.11.5", "24.11.5") is None
+    assert mix_problem("24.11.5", "24.05.2") is None
+    assert "newer" in (mix_problem("22.05.8", "24.11.5") or "")
+    assert "older" in (mix_problem("24.11.5", "22.05.8") or "")
