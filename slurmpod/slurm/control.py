@@ -388,6 +388,10 @@ def _job_order(job_id: str) -> tuple[int, str]:
     return (int(head) if head.isdigit() else 0, job_id)
 
 
+#: per-node JSON on every Slurm release slurmpod runs (see ``SlurmControl.nodes``)
+NODES_JSON = "scontrol show nodes --json 2>/dev/null || exec sinfo --json"
+
+
 class SlurmControl:
     """Admin commands run inside a controller node (usually the primary)."""
 
@@ -407,7 +411,7 @@ class SlurmControl:
     def nodes(self) -> list[SlurmNode]:
         # Slurm >= 23.02: scontrol's per-node JSON (24.11's ``sinfo --json`` groups nodes by state and partition);
         # 22.05's scontrol has no --json and refuses it at once: then sinfo's per-node JSON (openapi v0.0.38)
-        r = _run(self.runner, ["sh", "-c", "scontrol show nodes --json 2>/dev/null || exec sinfo --json"])
+        r = _run(self.runner, ["sh", "-c", NODES_JSON])
         if r.returncode != 0:
             raise SlurmError(f"scontrol/sinfo --json failed: {(r.stderr or r.stdout).strip()}")
         return parse_sinfo_json(r.stdout)

@@ -49,6 +49,11 @@ class FakeRunner:
     ) -> CommandResult:
         assert isinstance(argv, list) and all(isinstance(a, str) for a in argv)
         assert 0 < timeout <= 120
+        if argv[:3] == ["sh", "-c", control._READ_PID]:
+            return self._read_pid(argv[4], argv[5], timeout)
+        if argv == ["sh", "-c", control.NODES_JSON]:  # scontrol's JSON (Slurm >= 23.02), else sinfo's
+            res = self.run(["scontrol", "show", "nodes", "--json"], timeout=timeout)
+            return res if res.returncode == 0 and res.stdout else self.run(["sinfo", "--json"], timeout=timeout)
         self.calls.append((list(argv), input, timeout))
         for h in self.handlers:
             r = h(list(argv))
@@ -57,6 +62,15 @@ class FakeRunner:
         if argv[0] in ("test", "pgrep"):  # probes: "no" unless a test says otherwise
             return CommandResult(1, "", "")
         return OK
+
+    def _read_pid(self, pid_file: str, comm: str, timeout: float) -> CommandResult:
+        """``control.read_pid``'s one shell command, answered from the handlers of the ``cat`` calls it makes."""
+        pid = self.run(["cat", pid_file], timeout=timeout)
+        if pid.returncode != 0 or not pid.stdout.strip().isdigit():
+            return CommandResult(1, "", "")
+        name = self.run(["cat", f"/proc/{pid.stdout.strip()}/comm"], timeout=timeout)
+        ok = name.returncode == 0 and name.stdout.strip() == comm
+        return CommandResult(0, pid.stdout, "") if ok else CommandResult(1, "", "")
 
     def interactive_argv(self, argv: Sequence[str]) -> list[str]:
         return list(argv)
