@@ -5,7 +5,8 @@ otherwise (systemd nodes; ``builtin`` is the legacy host-root image).
 
 Scenarios: 1 seed topology on local (vs floor), 2 software update (root-volume replacement), 3 50 nodes on
 local (vs floor, memory per node), 4 10,000 simulated nodes, 5 API throughput vs moto, 6 image build with a warm
-apt cache (not part of ``--quick`` unless asked for with ``--scenario 6``: a build takes ~45 s)."""
+apt cache (not part of ``--quick`` unless asked for with ``--scenario 6``: a build takes ~45 s), 7 the seed on the
+Slurm 24.11 image (trixie) against the Slurm 22.05 image (bookworm), side by side (not part of ``--quick``)."""
 
 from __future__ import annotations
 
@@ -20,14 +21,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import image_build, moto_compare, scale_local, seed_local, sim_scale, sw_update
+from bench import image_build, moto_compare, scale_local, seed_local, sim_scale, slurm_releases, sw_update
 from bench.machine import machine_info
 from bench.stats import targets
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 SCENARIOS = {1: seed_local.NAME, 2: sw_update.NAME, 3: scale_local.NAME, 4: sim_scale.NAME, 5: moto_compare.NAME,
-             6: image_build.NAME}
-NOT_QUICK = {6}  # --quick without --scenario skips these
+             6: image_build.NAME, 7: slurm_releases.NAME}
+NOT_QUICK = {6, 7}  # --quick without --scenario skips these
 
 
 def _span(s: dict[str, Any]) -> str:
@@ -123,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reconcile-interval", type=float, default=None,
                    help="pass --reconcile-interval to the server (default: the server's default; diagnosis only)")
     p.add_argument("--workdir", type=Path, default=None, help="parent of the temporary state dirs (default: /tmp)")
-    p.add_argument("--node-image", default="default", metavar="default|builtin|AMI",
+    p.add_argument("--node-image", default="default", metavar="default|bookworm|trixie|builtin|AMI",
                    help="image of every node in scenarios 1 and 3, slurmpod's (`slurmpod server --node-image`) and "
                         "the floor's: default (the image store's default root filesystem, systemd nodes), "
                         "builtin (the legacy host-root nodes) or an ami-id of the image store")
@@ -163,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             scenario = sim_scale.run(args.quick, args.workdir)
         elif number == 6:
             scenario = image_build.run(min(few, 2), args.workdir)
+        elif number == 7:
+            scenario = slurm_releases.run(runs, args.workdir)
         else:
             scenario = moto_compare.run(args.quick, args.workdir)
         scenario["seconds"] = round(time.monotonic() - t, 1)

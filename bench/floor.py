@@ -62,16 +62,18 @@ class FloorRun:
 
 def floor_image(choice: str = "default", store: ImageStore | None = None) -> Image:
     """The image the floor's nodes boot: ``default`` is the image store's default root filesystem (what
-    ``slurmpod server`` boots unless ``--node-image builtin``), ``builtin`` the legacy host-root image, else an
-    ami-id of the image store. A missing image is a ``FloorError`` saying how to build one."""
+    ``slurmpod server`` boots unless ``--node-image builtin``), a Debian suite (``trixie``) that suite's default
+    image, ``builtin`` the legacy host-root image, else an ami-id of the image store. A missing image is a
+    ``FloorError`` saying how to build one."""
     if choice == "builtin":
         return BUILTIN
     store = store or ImageStore()
-    m = store.default(RECIPE_VERSION, SUITE) if choice == "default" else store.get(choice)
-    if m is None and choice == "default":
-        raise FloorError(f"floor: the image store {store.root} has no default {SUITE} image for node-layer recipe "
-                         f"{RECIPE_VERSION}; build it with `slurmpod images build --default` (scripts/install.sh "
-                         "does), or benchmark the legacy host-root nodes (--node-image builtin)")
+    suite = SUITE if choice == "default" else None if choice.startswith("ami-") else choice
+    m = store.default(RECIPE_VERSION, suite) if suite else store.get(choice)
+    if m is None and suite:
+        raise FloorError(f"floor: the image store {store.root} has no default {suite} image for node-layer recipe "
+                         f"{RECIPE_VERSION}; build it with `slurmpod images build --default --suite {suite}` "
+                         "(scripts/install.sh does), or benchmark the legacy host-root nodes (--node-image builtin)")
     if m is None:
         raise FloorError(f"floor: image {choice} is not in the image store {store.root}; name one that is, "
                          "'default' (the store's default image) or 'builtin' (the legacy host-root image)")

@@ -13,4 +13,15 @@ echo "== import-linter (layer rules in pyproject.toml)"
 "$VENV/bin/lint-imports" || { echo "an import breaks a layer rule"; exit 1; }
 echo "== pytest"
 export SLURMPOD_REQUIRE_POSTGRES=1
-exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+# The same Slurm tests (a representative set: running all of them twice would double the suite) on the other
+# Slurm release: nodes from the image store's trixie image (Slurm 24.11) instead of the default (bookworm, 22.05).
+# Only for a whole-suite run (no arguments).
+if [ "$#" -eq 0 ]; then
+  echo "== pytest, Slurm 24.11 nodes (SLURMPOD_NODE_IMAGE=trixie)"
+  SLURMPOD_NODE_IMAGE=trixie exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+    tests/integration/test_systemd_nodes_local.py tests/integration/test_seed000_local.py \
+    tests/integration/test_accounting_local.py tests/integration/test_software_update_local.py \
+    tests/integration/test_ha_local.py tests/integration/test_login_local.py \
+    tests/integration/test_base_config_local.py tests/integration/test_image_update_local.py
+fi

@@ -64,8 +64,10 @@ def write_files(runner: CommandRunner, files: Sequence[NodeFile], dirs: Sequence
     """Writes ``files`` (and ``dirs``) inside the host with one ``tar -x``; raises ``NodeFilesError``."""
     if not files and not dirs:
         return
+    # the members are named too: a runner that records what it writes (the ssh provider's) sees them in argv
+    members = [_relative(path) for path, _, _ in dirs] + [_relative(f.path) for f in files]
     res = runner.run(["tar", "-x", "-f", "-", "-C", "/", "--same-owner", "--same-permissions", "--no-acls",
-                      "--no-xattrs", "--delay-directory-restore"],
+                      "--no-xattrs", "--delay-directory-restore", "--no-recursion", "--", *members],
                      input=archive(files, dirs), timeout=timeout)
     if res.returncode != 0:
         raise NodeFilesError(f"writing {len(files)} files in the node failed (tar exit {res.returncode}): "

@@ -193,11 +193,21 @@ def _positionals(args: Sequence[str]) -> tuple[list[str], set[str]]:
     return pos, flags
 
 
+def _tar_targets(args: Sequence[str]) -> list[str]:
+    """``tar -x ... -C DIR -- MEMBER...`` (``providers.nodefiles``): the members it names, under DIR."""
+    if "-x" not in args or "--" not in args:
+        return []
+    base = args[args.index("-C") + 1] if "-C" in args and args.index("-C") + 1 < len(args) else "/"
+    return ["/" + f"{base.strip('/')}/{m}".strip("/") for m in args[args.index("--") + 1:]]
+
+
 def write_targets(argv: Sequence[str]) -> list[str]:
-    """The absolute paths a file-writing command (install, mv, ln, mkdir, cp, touch) creates or replaces."""
+    """The absolute paths a file-writing command (install, mv, ln, mkdir, cp, touch, tar -x) creates or replaces."""
     if not argv:
         return []
     cmd = argv[0].rsplit("/", 1)[-1]
+    if cmd == "tar":
+        return _tar_targets(argv[1:])
     pos, flags = _positionals(argv[1:])
     if cmd == "install":
         targets = pos if "-d" in flags or "--directory" in flags else pos[-1:]

@@ -93,12 +93,13 @@ def boot_files(rt: SlurmRuntime, cluster: ClusterRecord) -> list[NodeFile]:
         NodeFile(control.MUNGE_KEY, rt.munge_key(cluster.cluster_id), 0o400, "munge"),
         NodeFile("/root/.ssh/id_ed25519", private, 0o600),
         NodeFile("/root/.ssh/id_ed25519.pub", public, 0o644),
-        NodeFile("/root/.ssh/authorized_keys", public, 0o600),
+        NodeFile(AUTHORIZED_KEYS, public, 0o600),
         NodeFile("/etc/logrotate.d/slurmpod", LOGROTATE, 0o644),
         NodeFile(PROVISIONING_PARAMETERS_PATH, provisioning_parameters_json(cluster).encode(), 0o644),
     ]
 
 
+AUTHORIZED_KEYS = "/root/.ssh/authorized_keys"
 #: directories ``baseline`` makes (mode and owner set even when the image has them)
 BASELINE_DIRS = (("/var/log/slurm", 0o755, "slurm"), ("/var/log/slurmpod", 0o755, "root"),
                  ("/root/.ssh", 0o700, "root"))
@@ -115,7 +116,10 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     systemd = units.uses_systemd(r)
     if systemd:
         files += units.slurmd_files(compute_node_conf(group) if compute else None)
-    write_files(r, files, BASELINE_DIRS)
+    # authorized_keys on its own: an ssh host's runner merges it with the key slurmpod logs in with
+    keys = next(f for f in files if f.path == AUTHORIZED_KEYS)
+    write_files(r, [f for f in files if f is not keys], BASELINE_DIRS)
+    control.write_file(r, keys.path, keys.content, keys.mode, keys.owner)
     control.start_munge(r, rt.munge_key(cluster.cluster_id))  # a no-op when munge.service started on the key
     gpus.write_node_gres(r, cluster.spec, group)
     if systemd:

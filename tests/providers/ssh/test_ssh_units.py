@@ -43,6 +43,26 @@ def test_claim_order_release_and_quarantine(tmp_path: Path) -> None:
     assert host_name("root", "fe80::1", 22) == "root@[fe80::1]:22"
 
 
+def test_tar_batches_are_tracked_by_their_members() -> None:
+    """``providers.nodefiles.write_files`` names its members in argv, so the host's manifest records them."""
+    from slurmpod.providers.base import NodeFile
+    from slurmpod.providers.nodefiles import write_files
+
+    seen: list[list[str]] = []
+
+    class Recorder:
+        def run(self, argv, *, timeout, input=None, env=None, cwd=None):  # type: ignore[no-untyped-def]
+            seen.append(list(argv))
+            from slurmpod.providers.base import CommandResult
+            return CommandResult(0, "", "")
+
+    write_files(Recorder(), [NodeFile("/etc/munge/munge.key", b"k", 0o400, "munge")],  # type: ignore[arg-type]
+                dirs=[("/root/.ssh", 0o700, "root")])
+    assert write_targets(seen[0]) == ["/root/.ssh", "/etc/munge/munge.key"]
+    assert tracked_argv(seen[0], "root")[:5] == ["bash", "-c", TRACK_AND_EXEC, "slurmpod-track", "2"]
+    assert write_targets(["tar", "-c", "-f", "-", "/etc"]) == []  # only extraction writes
+
+
 def test_write_targets_and_tracking() -> None:
     assert write_targets(["install", "-D", "-m", "0644", "/dev/stdin", "/etc/x"]) == ["/etc/x"]
     assert write_targets(["install", "-d", "-m", "0755", "-o", "slurm", "-g", "slurm", "/a", "/b"]) == ["/a", "/b"]
