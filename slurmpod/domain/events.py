@@ -197,6 +197,21 @@ def slurm_requested(group: str, instance_id: str, action: str) -> EventDraft:
                           f"(Action:{action}); its jobs have ended", group, instance_id)
 
 
+def replacement_started(cluster_name: str, group: str, instance_id: str) -> EventDraft:
+    """A node is being replaced (BatchReplaceClusterNodes, Slurm's ``Action:Replace``): HyperPod's wording."""
+    return instance_event(f"Instance {instance_id} is starting as part of instance replacement in Cluster "
+                          f"{cluster_name} and IG {group}", group, instance_id)
+
+
+def successor_created(cluster_name: str, group: str, instance_id: str, predecessor: str, address: str,
+                      hostname: str | None) -> EventDraft:
+    """The new instance that replaces ``predecessor`` keeps its address and hostname (and so its Slurm NodeName)."""
+    host = f"hostname {hostname} and " if hostname else ""
+    return instance_event(
+        f"Instance {instance_id} replaces Instance {predecessor} in Cluster {cluster_name} and IG {group}: it keeps "
+        f"{host}address {address} and boots once {predecessor} is terminated", group, instance_id)
+
+
 def service_health(text: str, *, restored: bool) -> EventDraft:
     """A cluster service (the accounting host) was restored (Warn) or could not be (Error)."""
     return _cluster_note(text, EventLevel.WARN if restored else EventLevel.ERROR)

@@ -30,29 +30,43 @@ def create_nodes(ctx: Context, cluster: ClusterRecord, action: p.CreateNodes) ->
     group = cluster.spec.group(action.group)
     image_id, image_release = ctx.image_lookup(group.image_id if group else None)
     recs = []
+    events = [ctx.event(cluster, ev.instance_creation_started(cluster.name, action.group))]
     for k in range(action.count):
         seq += 1
-        data = ({"address": action.takeover[k][0], "ctl_slot": action.takeover[k][1]}
-                if k < len(action.takeover) else {})
+        iid = ids.new_instance_id()
+        data: dict[str, object] = {}
+        if k < len(action.takeover):
+            t = action.takeover[k]
+            # boots once the predecessor released the address (plan), then keeps its hostname and NodeName
+            data = {"address": t.address, "replaces": t.predecessor, "resume_on_join": True}
+            if t.ctl_slot is not None:
+                data["ctl_slot"] = t.ctl_slot
+                data.pop("resume_on_join")  # controllers are not Slurm nodes
+            events.append(ctx.event(cluster, ev.successor_created(cluster.name, action.group, iid, t.predecessor,
+                                                                  t.address, t.hostname)))
         recs.append(NodeRecord(
-            instance_id=ids.new_instance_id(), cluster_id=cluster.cluster_id, group=action.group, seq=seq,
+            instance_id=iid, cluster_id=cluster.cluster_id, group=action.group, seq=seq,
             status=InstanceStatus.PENDING, launch_time=now, logical_id=f"{action.group}-{seq}",
             image_id=image_id, image_release=image_release,
             lifecycle_digest=cluster.lifecycle_snapshots.get(action.group), data=data,
         ))
-    started = ctx.event(cluster, ev.instance_creation_started(cluster.name, action.group))
-    ctx.store.add_nodes(recs, [started])
+    ctx.store.add_nodes(recs, events)
     ctx.wake()  # the new records can boot in the next pass
     log.info("cluster %s: %d new instance(s) in %s", cluster.name, action.count, action.group)
 
 
-def mark_removing(ctx: Context, cluster: ClusterRecord, node: NodeRecord, reason: str) -> NodeRecord:
-    """ShuttingDown (with an event) before the removal worker takes the node."""
+def mark_removing(ctx: Context, cluster: ClusterRecord, node: NodeRecord, reason: str, *,
+                  replaced: bool = False) -> NodeRecord:
+    """ShuttingDown (with an event) before the removal worker takes the node; a ``replaced`` node's successor takes
+    over its address."""
     if node.status == InstanceStatus.SHUTTING_DOWN:
         return node
-    stored = ctx.store.update_node(
-        node_to(node, InstanceStatus.SHUTTING_DOWN, message=reason),
-        [ctx.event(cluster, ev.instance_terminating(cluster.name, node.group, node.instance_id))])
+    data = {**node.data, "replaced": True} if replaced else node.data
+    drafts = [ev.instance_terminating(cluster.name, node.group, node.instance_id)]
+    if replaced:
+        drafts.insert(0, ev.replacement_started(cluster.name, node.group, node.instance_id))
+    stored = ctx.store.update_node(node_to(node, InstanceStatus.SHUTTING_DOWN, message=reason, data=data),
+                                   ctx.events(cluster, drafts))
     log.info("node %s (%s): %s -> ShuttingDown (%s)", node.instance_id, node.group, node.status.value, reason)
     return stored
 

@@ -6,8 +6,9 @@ the node record the plan saw (a node that changed meanwhile is left for the next
 
 Rules: a dead instance is rebooted (NodeRecovery Automatic) or left Failed (None); a slurmd gone for two
 observations in a row counts as dead; Slurm's ``Action:Replace``/``Action:Reboot`` reasons (on an idle node set
-to FAIL) become a refresh / reboot; a controller going down or coming back is an event and a notification; an
-instance the provider runs that no record owns (seen twice in a row) is a leak and is terminated.
+to FAIL) become a replacement (a new instance with the same hostname, address and NodeName) / a reboot; a
+controller going down or coming back is an event and a notification; an instance the provider runs that no record
+owns (seen twice in a row) is a leak and is terminated.
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ def plan_health(report: HealthReport, cluster: ClusterRecord, nodes: Sequence[No
                 drafts.append(ev.instance_unhealthy(n.group, iid, automatic=automatic))
             elif iid in report.requests:
                 action = report.requests[iid]
-                set_data.update({"op": "refresh" if action == "Replace" else "reboot", "resume_on_join": True})
+                # Replace: a new instance under the same hostname (plan); Reboot: the same instance, resumed
+                set_data.update({"op": "replace"} if action == "Replace" else {"op": "reboot", "resume_on_join": True})
                 drafts.append(ev.slurm_requested(n.group, iid, action))
         if set_data or drop or fail:
             changes.append(NodeChange(iid, n.version, set_data, tuple(drop), fail, tuple(drafts), tuple(notes)))

@@ -56,7 +56,7 @@ def _remove(rec: Reconciler, cluster: ClusterRecord, action: p.RemoveNode, obs: 
     node = obs.node(action.instance_id)
     if node is None or node.instance_id in obs.busy:
         return
-    apply.mark_removing(rec.ctx, cluster, node, action.reason)
+    apply.mark_removing(rec.ctx, cluster, node, action.reason, replaced=action.replaced)
     rec.pool.submit(cluster.cluster_id, node.instance_id,
                     functools.partial(removal.remove, rec.ctx, cluster.cluster_id, node.instance_id))
 

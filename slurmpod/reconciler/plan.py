@@ -18,11 +18,22 @@ from slurmpod.reconciler.rolling import RollingAction, plan_scheduled_updates, p
 
 
 @dataclass(frozen=True)
+class Takeover:
+    """What a successor inherits from the node it replaces: its address (so its hostname ip-A-B-C-D and its Slurm
+    NodeName) and, for a controller, its SlurmctldHost slot."""
+
+    address: str
+    predecessor: str  # the replaced instance's id
+    hostname: str | None = None
+    ctl_slot: int | None = None  # controllers only
+
+
+@dataclass(frozen=True)
 class CreateNodes:
     group: str
     count: int
-    #: (address, SlurmctldHost slot) of departing controllers: new controllers take them over, one each
-    takeover: tuple[tuple[str, int], ...] = ()
+    #: departing nodes whose successors take over their address (and slot): the first ``len(takeover)`` new nodes
+    takeover: tuple[Takeover, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,8 @@ class BootNode:
 class RemoveNode:
     instance_id: str
     reason: str
+    #: a successor replaces it (a failed node under NodeRecovery): it takes over the node's address and name
+    replaced: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,7 +70,8 @@ class FinishDelete:
 
 @dataclass(frozen=True)
 class NodeOp:
-    """Reboot (same root volume) or refresh (fresh root volume, same image) a node marked ``data.op``."""
+    """Reboot (same root volume) or refresh (fresh root volume, same image) a node marked ``data.op``
+    (``op == "replace"`` is not a NodeOp: the node is removed and a successor takes over its address)."""
 
     instance_id: str
 
@@ -137,6 +151,26 @@ def controller_slot(node: NodeRecord) -> int:
     return int(slot) if isinstance(slot, int) else node.seq
 
 
+def replaced_by_successor(node: NodeRecord, is_controller: bool) -> bool:
+    """Whether a departing node's successor takes over its address (hostname, Slurm NodeName): every departing
+    controller (clients keep working); another node only when it is replaced (BatchReplace, Slurm's
+    ``Action:Replace``, NodeRecovery), not when its group shrinks or it is deleted."""
+    return not node.active and bool(node.ip) and (is_controller or bool(node.data.get("replaced")))
+
+
+def takeovers(group: str, is_controller: bool, nodes: Sequence[NodeRecord]) -> tuple[Takeover, ...]:
+    """The addresses of ``group``'s replaced nodes that no node of the group holds or claims yet, oldest first."""
+    mine = [n for n in nodes if n.group == group and n.active]
+    claimed = {n.ip for n in mine} | {n.data.get("address") for n in mine}
+    out: dict[str, Takeover] = {}
+    for n in sorted(nodes, key=lambda n: n.seq):
+        if n.group != group or not replaced_by_successor(n, is_controller) or not n.ip or n.ip in claimed:
+            continue
+        out.setdefault(n.ip, Takeover(n.ip, n.instance_id, n.hostname,
+                                      controller_slot(n) if is_controller else None))
+    return tuple(out.values())
+
+
 def _removal_order(nodes: Sequence[NodeRecord]) -> list[NodeRecord]:
     """Unhealthy (not Running) first, then the newest."""
     return sorted(nodes, key=lambda n: (n.status == InstanceStatus.RUNNING, -n.seq))
@@ -161,13 +195,8 @@ def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
         mine = [n for n in nodes if n.group == g.name]
         is_ctl = g.name in ctl_groups
         if len(mine) < g.instance_count:
-            takeover: tuple[tuple[str, int], ...] = ()
-            if is_ctl:  # a replaced controller's address and slot go to its successor: clients keep working
-                claimed = {n.ip for n in mine} | {n.data.get("address") for n in mine}
-                takeover = tuple(dict.fromkeys(
-                    (n.ip, controller_slot(n)) for n in obs.nodes
-                    if n.group == g.name and not n.active and n.ip and n.ip not in claimed))
-            actions.append(CreateNodes(g.name, g.instance_count - len(mine), takeover))
+            # a replaced node's address (hostname, NodeName) and a controller's slot go to its successor
+            actions.append(CreateNodes(g.name, g.instance_count - len(mine), takeovers(g.name, is_ctl, obs.nodes)))
         if len(mine) > g.instance_count:
             for n in _removal_order(mine)[: len(mine) - g.instance_count]:
                 actions.append(RemoveNode(n.instance_id, f"instance group {g.name} scaled down"))
@@ -182,6 +211,11 @@ def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
                 actions.append(RemoveNode(queued[0].instance_id, "Replaced by request"))
         for n in mine:
             if n.data.get("replace_queued"):
+                continue
+            if n.data.get("op") == "replace" and n.instance_id not in obs.busy:
+                # Slurm's Action:Replace: a new instance takes over the node's address, hostname and NodeName
+                actions.append(RemoveNode(n.instance_id, "Replaced (Slurm Action:Replace)", replaced=True))
+                converged = False
                 continue
             if n.data.get("op") and n.instance_id not in obs.busy:
                 actions.append(NodeOp(n.instance_id))
@@ -224,7 +258,7 @@ def _plan_continuous(obs: Observation) -> list[Action]:
     actions, _ = _converge(obs, spec)
     for n in obs.nodes:  # a node that cannot be healed is replaced
         if n.active and n.status == InstanceStatus.FAILURE and n.instance_id not in obs.busy:
-            actions.append(RemoveNode(n.instance_id, n.message or "failed"))
+            actions.append(RemoveNode(n.instance_id, n.message or "failed", replaced=True))
     if c.status == ClusterStatus.CREATING:
         ctl = [g.name for g in spec.groups_of(NodeType.CONTROLLER)]
         login = [g.name for g in spec.groups_of(NodeType.LOGIN)]
@@ -309,7 +343,7 @@ def plan(obs: Observation) -> list[Action]:
                 continue
             if st == ClusterStatus.IN_SERVICE and not automatic:
                 continue  # NodeRecovery None: the operator decides (the group shows Degraded)
-            actions.append(RemoveNode(n.instance_id, n.message or "failed"))
+            actions.append(RemoveNode(n.instance_id, n.message or "failed", replaced=True))
         converged = False
     if converged and st == ClusterStatus.CREATING:
         actions.append(SetStatus(ClusterStatus.IN_SERVICE, None, mark_good=True,

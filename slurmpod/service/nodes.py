@@ -80,10 +80,10 @@ def _plan_node_op(cur: ClusterRecord, nodes: dict[str, NodeRecord], node_ids: Se
                 f"Replacement of Instance {nid} in Cluster {cur.name} and IG {node.group} is queued: "
                 "controllers are replaced one at a time", node.group, nid))
         elif op == "replace":
-            changed.append(node_to(node, InstanceStatus.SHUTTING_DOWN, message="Replaced by request"))
-            drafts.append(ev.instance_event(
-                f"Instance {nid} is starting as part of instance replacement in Cluster {cur.name} and IG "
-                f"{node.group}", node.group, nid))
+            # its successor takes over its address, hostname and Slurm NodeName (reconciler.plan.takeovers)
+            changed.append(node_to(node, InstanceStatus.SHUTTING_DOWN, message="Replaced by request",
+                                   data={**node.data, "replaced": True}))
+            drafts.append(ev.replacement_started(cur.name, node.group, nid))
         else:
             changed.append(replace(node, data={**node.data, "op": "reboot"}))
             drafts.append(ev.instance_event(

@@ -67,7 +67,8 @@ def test_slurmd_gone_counts_only_the_second_time() -> None:
 def test_slurm_action_requests_become_operations() -> None:
     plan = _plan(HealthReport(alive=ALL_ALIVE, requests={"i-2": "Replace", "i-3": "Reboot"}))
     ops = {c.instance_id: c.set_data for c in plan.changes}
-    assert ops == {"i-2": {"op": "refresh", "resume_on_join": True}, "i-3": {"op": "reboot", "resume_on_join": True}}
+    # Replace: a new instance takes over the hostname (plan); Reboot: the same instance, resumed in Slurm
+    assert ops == {"i-2": {"op": "replace"}, "i-3": {"op": "reboot", "resume_on_join": True}}
 
 
 def test_controller_down_and_back_notify() -> None:

@@ -202,7 +202,8 @@ class SlurmRuntime:
             image_root=self.image_lookup(image).root,
             volumes=volumes,
             labels={"slurmpod/cluster": cluster.name, "slurmpod/group": node.group},
-            address=node.data.get("address") if group.node_type == NodeType.CONTROLLER else None,
+            # a replacement keeps its predecessor's address (so its hostname and NodeName) where the provider can
+            address=node.data.get("address"),
             devices=gpus.group_devices(group),
             # served by the node's instance metadata (IMDS) as on EC2
             metadata={"region": cluster.region, "availability-zone": f"{cluster.region}a",
