@@ -61,7 +61,7 @@ def test_reboot_replace_delete_and_action_replace(local_server):
     assert after.keys() == nodes.keys()
     _wait_idle(state, "ops", 3)
 
-    # Slurm's own idiom: the node is refreshed (fresh root volume) and re-registers under the same name
+    # Slurm's own idiom: the node is replaced (new instance, fresh root volume) and re-registers under the same name
     host = nodes[compute[1]]["PrivateDnsHostname"]
     assert in_node(state, "ops", None, "bash", "-c", f"srun -w {host} touch /root/before-refresh").returncode == 0
     r = in_node(state, "ops", None, "scontrol", "update", f"nodename={host}", "state=fail", "reason=Action:Replace")
@@ -72,12 +72,17 @@ def test_reboot_replace_delete_and_action_replace(local_server):
         if any("(Action:Replace)" in t for t in texts):
             break
         time.sleep(0.3)
-    _wait_running(c, "ops", 4)
+    deadline = time.monotonic() + 90
+    while compute[1] in _nodes(c, "ops") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    after = _wait_running(c, "ops", 4)
+    assert compute[1] not in after  # a new InstanceId ...
+    assert host in {n["PrivateDnsHostname"] for n in after.values()}  # ... under the same hostname
     _wait_idle(state, "ops", 3)
     r = in_node(state, "ops", None, "bash", "-c", f"srun -w {host} test -e /root/before-refresh")
     assert r.returncode != 0  # the root volume is fresh
 
-    # replace: a new instance in the same group
+    # replace: a new instance in the same group, under the same hostname
     r = c.batch_replace_cluster_nodes(ClusterName="ops", NodeIds=[compute[2]])
     assert r["Successful"] == [compute[2]]
     deadline = time.monotonic() + 90
@@ -85,6 +90,7 @@ def test_reboot_replace_delete_and_action_replace(local_server):
         time.sleep(0.2)
     after = _wait_running(c, "ops", 4)
     assert compute[2] not in after
+    assert nodes[compute[2]]["PrivateDnsHostname"] in {n["PrivateDnsHostname"] for n in after.values()}
     _wait_idle(state, "ops", 3)
 
     # delete: drained, removed from Slurm, the group shrinks
