@@ -202,3 +202,28 @@ def slurm_resources(info: InstanceTypeInfo, threads_per_core: int | None = None)
     if threads_per_core == 1 and cpus > 1:
         cpus = cpus // 2
     return cpus, int(info.memory_mib * REAL_MEMORY_FRACTION)
+
+
+#: the device files a host of an accelerated type has, one per accelerator (NVIDIA driver / AWS Neuron driver)
+NVIDIA_DEVICE_PREFIX = "/dev/nvidia"
+NEURON_DEVICE_PREFIX = "/dev/neuron"
+
+
+def is_trainium(info: InstanceTypeInfo) -> bool:
+    return (info.gpu_type or "").startswith("trainium")
+
+
+def accelerator_devices(info: InstanceTypeInfo) -> tuple[str, ...]:
+    """The accelerators' device files on a host of this type, in index order (``/dev/nvidia0`` ...; Trainium:
+    ``/dev/neuron0`` ...); empty for CPU types."""
+    prefix = NEURON_DEVICE_PREFIX if is_trainium(info) else NVIDIA_DEVICE_PREFIX
+    return tuple(f"{prefix}{i}" for i in range(info.gpus))
+
+
+def slurm_gres(info: InstanceTypeInfo) -> str | None:
+    """The ``Gres=`` a node of this type advertises: ``gpu:<type>:<n>`` (HyperPod's ``gpu:h100:8``), None for CPU
+    types. Trainium chips are advertised as ``gpu`` GRES too (``gpu:trainium2:16``), so ``--gres=gpu:N`` and
+    ``--gpus-per-node`` schedule them and sacct counts them as ``gres/gpu``."""
+    if info.gpus <= 0:
+        return None
+    return f"gpu:{info.gpu_type}:{info.gpus}" if info.gpu_type else f"gpu:{info.gpus}"

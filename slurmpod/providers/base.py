@@ -102,6 +102,10 @@ class InstanceRequest:
     #: ``region`` (default us-east-1), ``availability-zone`` (default <region>a), ``account-id``,
     #: ``http-tokens`` (``optional`` = IMDSv1 and v2, the default; ``required`` = IMDSv2 only)
     metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: accelerator device files the instance's type has (``/dev/nvidia0`` ... ``/dev/nvidia7``): the local provider
+    #: emulates them (character devices in the node's own /dev); the ssh provider refuses a host whose number of
+    #: such devices differs
+    devices: tuple[str, ...] = ()
     #: files for a new root volume (launch, replace_root_volume), written before the host's init starts, so units
     #: enabled in the image find their keys and settings at first boot; a hint like ``address``: a provider that
     #: cannot place them (ssh: the host booted long ago) ignores them, and the caller writes what it needs after

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from slurmpod.domain.catalog import instance_type_info, slurm_resources
+from slurmpod.domain.catalog import instance_type_info, slurm_gres, slurm_resources
 from slurmpod.domain.model import NodeRecord
 from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec
 from slurmpod.domain.status import NodeType
@@ -108,9 +108,14 @@ def node_resources(group: InstanceGroupSpec) -> tuple[int, int]:
     return slurm_resources(instance_type_info(group.instance_type or "ml.t3.medium"), group.threads_per_core)
 
 
+def node_gres(group: InstanceGroupSpec) -> str | None:
+    """A compute group's ``Gres=`` (``gpu:h100:8``), None for CPU types."""
+    return slurm_gres(instance_type_info(group.instance_type or "ml.t3.medium"))
+
+
 def start_compute_slurmd(r: CommandRunner, conf_servers: Sequence[str], group: InstanceGroupSpec) -> None:
-    """A compute group's dynamic slurmd: ``node_resources``, Feature=<group>."""
-    control.start_slurmd(r, conf_servers, *node_resources(group), group.name)
+    """A compute group's dynamic slurmd: ``node_resources``, Feature=<group>, ``node_gres``."""
+    control.start_slurmd(r, conf_servers, *node_resources(group), group.name, node_gres(group))
 
 
 def refresh_conf_servers(spec: ClusterSpec, nodes: Sequence[NodeRecord], ctls: Sequence[NodeRecord],

@@ -92,6 +92,8 @@ class SlurmTopology:
     state_save_location: str = DEFAULT_STATE_SAVE_LOCATION
     accounting: AccountingConfig | None = None
     user_lines: tuple[str, ...] = ()
+    #: ``("gpu",)`` when a compute group has accelerators: ``GresTypes=gpu`` (+ ``AccountingStorageTRES=gres/gpu``
+    #: with accounting); empty for CPU-only clusters (their slurm.conf has no GRES lines)
     gres_types: tuple[str, ...] = ()
 
 
@@ -174,6 +176,8 @@ def render_slurm_conf(topology: SlurmTopology) -> str:
             f"AccountingStorageHost={t.accounting.host_ip}",
             f"AccountingStoragePort={t.accounting.port}",
         ]
+        if "gpu" in t.gres_types:
+            lines.append("AccountingStorageTRES=gres/gpu")  # HyperPod's base LCS: sacct shows GPU use
     lines += ["JobCompType=jobcomp/none", "MailProg=/bin/true"]
     if t.gres_types:
         lines.append("GresTypes=" + ",".join(sorted(set(t.gres_types))))

@@ -25,6 +25,7 @@ from slurmpod.slurm.conf import (
     SLURMD_SPOOL_DIR,
     conf_value,
 )
+from slurmpod.slurm.gres import GRES_CONF, render_gres_conf
 from slurmpod.slurm.state import SlurmNode, parse_sinfo_json
 
 SLURM_CONF = "/etc/slurm/slurm.conf"
@@ -244,13 +245,15 @@ def _hostname(runner: CommandRunner) -> str:
 
 
 def write_controller_conf(runner: CommandRunner, conf_text: str, cgroup_text: str) -> None:
-    """slurm.conf + cgroup.conf (served to slurmds by configless), StateSaveLocation owned by slurm,
-    log dir, and the /opt/slurm/etc link."""
+    """slurm.conf + cgroup.conf (+ gres.conf with GresTypes; served to slurmds by configless), StateSaveLocation
+    owned by slurm, log dir, and the /opt/slurm/etc link."""
     ensure_dir(runner, "/etc/slurm")
     ensure_dir(runner, "/var/log/slurm", 0o755, "slurm")
     state = conf_value(conf_text, "StateSaveLocation") or DEFAULT_STATE_SAVE_LOCATION
     ensure_dir(runner, state, 0o755, "slurm")
     write_file(runner, CGROUP_CONF, cgroup_text.encode(), 0o644)
+    if conf_value(conf_text, "GresTypes"):  # configless serves it; each node's own lines are included
+        write_file(runner, GRES_CONF, render_gres_conf().encode(), 0o644)
     write_file(runner, SLURM_CONF, conf_text.encode(), 0o644)
     link_opt_slurm_conf(runner, SLURM_CONF)
 

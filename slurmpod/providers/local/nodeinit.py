@@ -11,7 +11,8 @@ Standard library only (it is run by file path, not imported from the package) an
 
 The boot file (JSON) holds: ``hostname``, ``lower`` (image root), ``upper``, ``work``, ``merged``
 (assembly point), ``hosts`` (cluster hosts file), ``volumes`` ([[host_dir, node_path], ...]),
-``hide`` (host paths covered by an empty tmpfs, e.g. the provider's state dir), ``files``
+``hide`` (host paths covered by an empty tmpfs, e.g. the provider's state dir), ``devices`` ([[/dev/NAME,
+major, minor], ...]: extra character devices in the node's /dev, e.g. emulated GPUs), ``files``
 ([[node_path, text, mode], ...] written into the root volume at every boot), ``seed`` (optional: a host
 file of a new root volume's files, ``[[node_path, base64, mode, owner, link], ...]``, read and removed before
 pivot_root, written inside after it) and ``token`` (written to ``/run/slurmpod-ready`` once the root is
@@ -155,6 +156,11 @@ def build_root(cfg: dict) -> None:
     for dev, major, minor in (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8),
                               ("urandom", 1, 9), ("tty", 5, 0)):
         os.mknod(f"{r}/dev/{dev}", stat.S_IFCHR | 0o666, os.makedev(major, minor))
+    for path, major, minor in cfg.get("devices", []):  # emulated accelerators (/dev/nvidia0 ...)
+        name = os.path.basename(path)
+        if path != f"/dev/{name}" or not name or name.startswith("."):
+            raise OSError(f"invalid device path {path!r}")
+        os.mknod(f"{r}/dev/{name}", stat.S_IFCHR | 0o666, os.makedev(int(major), int(minor)))
     os.umask(old)
     for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),

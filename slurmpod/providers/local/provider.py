@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _BAD_PATH_CHARS = re.compile(r"[\s,:=\\]")
+#: accelerator devices a node may get (emulated directly in its /dev, e.g. /dev/nvidia0)
+_DEVICE_PATH = re.compile(r"^/dev/[a-z][a-z_-]*[0-9]{1,3}$")
 
 
 def _check_id(kind: str, value: str) -> None:
@@ -161,6 +163,9 @@ class LocalProvider:
             _check_id("volume name", vol.name)
             if not vol.path.startswith("/") or _BAD_PATH_CHARS.search(vol.path):
                 raise PermanentProviderError(f"invalid volume path {vol.path!r}")
+        for dev in request.devices:
+            if not _DEVICE_PATH.match(dev):
+                raise PermanentProviderError(f"invalid device path {dev!r} (expected /dev/<name><N>)")
         with self._instance_lock(request.instance_id):
             meta = self._meta(request.cluster_id, request.instance_id)
             rec = InstanceRecord.load(meta)
@@ -203,7 +208,7 @@ class LocalProvider:
                 image_id=request.image_id, image_root=request.image_root,
                 volumes=[[v.name, v.path] for v in request.volumes], ip=ip, hostname=hostname_for_ip(ip),
                 netns=netns_name(cid, iid), veth=veth_name(ip), labels=dict(request.labels),
-                metadata=dict(request.metadata),
+                metadata=dict(request.metadata), devices=list(request.devices),
             )
             inst = self.layout.instance(cid, iid)
             for sub in ("upper", "work", "mnt"):
@@ -254,6 +259,9 @@ class LocalProvider:
             "hosts": str(self.layout.hosts(rec.cluster_id)),
             "volumes": volumes,
             "hide": [str(self.state_dir)],
+            # accelerators: character devices of /dev/null's numbers, one per GPU (Slurm's gres.conf File= needs a
+            # character device; nothing in a node can reach a real GPU through them)
+            "devices": [[path, 1, 3] for path in rec.devices],
         }
         cgroup = None
         if systemd_image(rec.image_root):
@@ -350,6 +358,7 @@ class LocalProvider:
             rec.volumes = [[v.name, v.path] for v in request.volumes]
             if request.metadata:
                 rec.metadata = dict(request.metadata)
+            rec.devices = list(request.devices)
             self._boot(rec, request.files)
             self._imds_attach(rec, required=False)
             return self._describe(rec, True)

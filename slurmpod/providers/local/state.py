@@ -64,6 +64,7 @@ class InstanceRecord:
     boots: int = 0
     labels: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)  # InstanceRequest.metadata (IMDS: region, ...)
+    devices: list[str] = field(default_factory=list)  # InstanceRequest.devices: emulated in the node's /dev
 
     @classmethod
     def load(cls, path: Path) -> InstanceRecord | None:

@@ -59,6 +59,27 @@ class HostCheckFailed(SshError):
     kind = "check"
 
 
+class AcceleratorMismatch(HostCheckFailed):
+    """The host's GPU (or Trainium) device count is not its instance type's."""
+
+    kind = "accelerators"
+
+
+def check_devices(rec: HostRecord, request: InstanceRequest, facts: Mapping[str, str]) -> None:
+    """Refuses a host whose accelerator devices (``/dev/nvidia<N>``, ``/dev/neuron<N>``: the ``nvidia``/``neuron``
+    facts) are not as many as the request's instance type has; Slurm would advertise GPUs it cannot give out."""
+    prefix = next((d.rstrip("0123456789") for d in request.devices), "/dev/nvidia")
+    kind = prefix.rsplit("/", 1)[-1]
+    found = facts.get(kind, "").split()
+    want = len(request.devices)
+    if len(found) != want:
+        what = "Trainium (Neuron)" if kind == "neuron" else "NVIDIA GPU"
+        raise AcceleratorMismatch(
+            f"host {rec.name} has {len(found)} {what} device{'s' if len(found) != 1 else ''} "
+            f"({' '.join(found) or f'no {prefix}<N>'}) but instance type {request.instance_type} has {want}: "
+            "register it in a pool of its real instance type (or check its driver)")
+
+
 def _check_id(kind: str, value: str) -> None:
     if not _ID_RE.match(value):
         raise PermanentProviderError(f"invalid {kind} {value!r} for the ssh provider")
@@ -184,6 +205,7 @@ class SshProvider:
             facts = remote.parse_facts(run(["bash", "-c", remote.FACTS], 30).stdout)
             if facts.get("missing"):
                 raise HostCheckFailed(f"host {rec.name} still lacks {facts['missing']} after apt-get install")
+        check_devices(rec, request, facts)
         ours = f"{request.cluster_id} {request.instance_id}"
         if facts.get("ours") and facts["ours"] != ours:
             log.info("ssh host %s holds leftovers of %s: cleaning before reuse", rec.name, facts["ours"])

@@ -150,6 +150,8 @@ echo "daemons=$(for c in munged slurmd slurmctld; do pgrep -x "$c" >/dev/null 2>
 echo "ours=$(cat {instance} 2>/dev/null)"
 echo "boot_id=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
 command -v apt-get >/dev/null 2>&1 && echo apt=yes || echo apt=no
+echo "nvidia=$(for d in /dev/nvidia[0-9]*; do [ -c "$d" ] && printf '%s ' "$d"; done)"
+echo "neuron=$(for d in /dev/neuron[0-9]*; do [ -c "$d" ] && printf '%s ' "$d"; done)"
 """.replace("{instance}", INSTANCE_FILE)
 
 APT_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "util-linux", "iproute2")

@@ -36,6 +36,7 @@ from slurmpod.providers.base import CommandRunner, NodeFile, ProviderError
 from slurmpod.providers.nodefiles import write_files
 from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.runtime import NodeBootError
+from slurmpod.reconciler.slurm_runtime import gpus
 from slurmpod.slurm import control, units
 from slurmpod.slurm.conf import (
     DEFAULT_STATE_SAVE_LOCATION,
@@ -120,6 +121,7 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     write_files(r, [f for f in files if f is not keys], BASELINE_DIRS)
     control.write_file(r, keys.path, keys.content, keys.mode, keys.owner)
     control.start_munge(r, rt.munge_key(cluster.cluster_id))  # a no-op when munge.service started on the key
+    gpus.write_node_gres(r, cluster.spec, group)
     if systemd:
         units.keep_slurmd_template(r, compute_node_conf(group) if compute else None)
         _default_user_home(r)
@@ -138,8 +140,9 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
 
 
 def compute_node_conf(group: InstanceGroupSpec) -> str:
-    """A compute group's dynamic-node conf (what the image's slurmd wrapper adds): its resources, Feature=<group>."""
-    return units.node_conf(*headnodes.node_resources(group), group.name)
+    """A compute group's dynamic-node conf (what the image's slurmd wrapper adds): its resources, Feature=<group>,
+    its GPUs (``Gres=gpu:h100:8``)."""
+    return units.node_conf(*headnodes.node_resources(group), group.name, headnodes.node_gres(group))
 
 
 def _default_user_home(r: CommandRunner) -> None:

@@ -15,6 +15,7 @@ from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.status import NodeType, SlurmConfigStrategy
 from slurmpod.domain.validation import effective_strategy
 from slurmpod.reconciler.runtime import TopologyDriftError
+from slurmpod.reconciler.slurm_runtime import gpus
 from slurmpod.slurm import control
 from slurmpod.slurm.conf import (
     detect_drift,
@@ -56,6 +57,7 @@ def apply_topology(rt: SlurmRuntime, cluster: ClusterRecord, nodes: Sequence[Nod
     conf = render_slurm_conf(replace(rt.topology(cluster, nodes), user_lines=user_lines))
     ctls = rt.controllers(cluster, nodes)
     rt.files.save_conf(cluster.cluster_id, conf)
+    gpus.ensure_node_gres_files(rt, cluster, nodes)  # before slurmctld serves a gres.conf that includes them
     for n in reversed(ctls):  # backups first, then the primary
         control.restart_slurmctld(rt.runner(cluster, n), conf, render_cgroup_conf())
     login = {g.name for g in cluster.spec.groups_of(NodeType.LOGIN)}

@@ -29,7 +29,7 @@ from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.accounting import AccountingService, ExternalDatabase
 from slurmpod.reconciler.plan import controller_slot
 from slurmpod.reconciler.runtime import NodeBootError
-from slurmpod.reconciler.slurm_runtime import membership, phases, probes, reconfigure
+from slurmpod.reconciler.slurm_runtime import gpus, membership, phases, probes, reconfigure
 from slurmpod.reconciler.slurm_runtime.files import ClusterFiles
 from slurmpod.reconciler.topology import topology_key
 from slurmpod.security.secrets import DatabaseCredentials, SecretError
@@ -164,6 +164,7 @@ class SlurmRuntime:
             controllers=tuple((n.hostname or "", n.ip or "") for n in ctls),
             compute_groups=compute_groups(cluster),
             accounting=accounting or self.accounting_config(cluster),
+            gres_types=gpus.gres_types(cluster.spec),
         )
 
     def conf(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord],
@@ -202,6 +203,7 @@ class SlurmRuntime:
             volumes=volumes,
             labels={"slurmpod/cluster": cluster.name, "slurmpod/group": node.group},
             address=node.data.get("address") if group.node_type == NodeType.CONTROLLER else None,
+            devices=gpus.group_devices(group),
             # served by the node's instance metadata (IMDS) as on EC2
             metadata={"region": cluster.region, "availability-zone": f"{cluster.region}a",
                       "account-id": cluster.account_id},
