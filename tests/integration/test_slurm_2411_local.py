@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import IMAGE_STORE, in_node
-from tests.serverproc import ServerProcess, seed_groups, wait_status
+from tests.serverproc import ServerProcess, rejected, seed_groups, wait_status
 
 pytestmark = pytest.mark.integration
 
@@ -50,12 +50,6 @@ def _groups(image: str, compute: int = 2) -> list[dict[str, Any]]:
     return groups
 
 
-def _rejected(call: Any, **kwargs: Any) -> str:
-    with pytest.raises(Exception) as e:  # noqa: PT011 - botocore's ClientError, checked below
-        call(**kwargs)
-    err = e.value.response["Error"]  # type: ignore[attr-defined]
-    assert err["Code"] == "ValidationException", err
-    return str(err["Message"])
 
 
 def _wait_job(state: Path, name: str, job: str, timeout: float = 60) -> str:
@@ -94,7 +88,7 @@ def test_seed000_on_slurm_2411(local_server: ServerProcess) -> None:
     steps = in_node(state, name, None, "sacct", "-n", "-P", "-o", "JobName,State", "-S", "now-1hour").stdout
     assert "hostname|COMPLETED" in steps, steps  # the srun's job and step, recorded by the 24.11 slurmdbd
 
-    msg = _rejected(c.update_cluster_software, ClusterName=name, ImageId=bookworm)
+    msg = rejected(c.update_cluster_software, ClusterName=name, ImageId=bookworm)
     assert "cannot be downgraded" in msg and "22.05" in msg and "24.11" in msg, msg
 
 
@@ -109,7 +103,7 @@ def test_22_05_to_24_11_is_refused_before_any_node_is_touched(local_server: Serv
     assert d["ClusterStatus"] == "InService", d.get("FailureMessage")
     before = c.list_cluster_nodes(ClusterName=name)["ClusterNodeSummaries"]
     events = c.list_cluster_events(ClusterName=name, MaxResults=100)["Events"]
-    msg = _rejected(c.update_cluster_software, ClusterName=name, ImageId=trixie)
+    msg = rejected(c.update_cluster_software, ClusterName=name, ImageId=trixie)
     assert "22.05" in msg and "24.11" in msg and "at most 2 major releases" in msg, msg
     after = c.describe_cluster(ClusterName=name)
     assert after["ClusterStatus"] == "InService"
