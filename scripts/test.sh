@@ -23,5 +23,6 @@ if [ "$#" -eq 0 ]; then
     tests/integration/test_systemd_nodes_local.py tests/integration/test_seed000_local.py \
     tests/integration/test_accounting_local.py tests/integration/test_software_update_local.py \
     tests/integration/test_ha_local.py tests/integration/test_login_local.py \
-    tests/integration/test_base_config_local.py tests/integration/test_image_update_local.py
+    tests/integration/test_base_config_local.py tests/integration/test_image_update_local.py \
+    tests/integration/test_gpus_local.py
 fi

@@ -298,3 +298,15 @@ def wait_status(client: Any, name: str, wanted: set[str], timeout: float = 60.0)
             return last
         time.sleep(0.1)
     raise TimeoutError(f"cluster {name} did not reach {wanted}; last: {last.get('ClusterStatus')}")
+
+
+def rejected(call: Any, **kwargs: Any) -> str:
+    """``call(**kwargs)`` must answer a ValidationException (HTTP 400): its message."""
+    import pytest
+
+    with pytest.raises(Exception) as e:  # noqa: PT011 - botocore's ClientError, checked below
+        call(**kwargs)
+    err = e.value.response["Error"]  # type: ignore[attr-defined]
+    assert err["Code"] == "ValidationException", err
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400  # type: ignore[attr-defined]
+    return str(err["Message"])

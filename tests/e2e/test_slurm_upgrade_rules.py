@@ -15,7 +15,7 @@ import pytest
 
 from slurmpod.lifecycle.images import Image, ImageCatalog
 from slurmpod.settings import Settings
-from tests.serverproc import RunningServer, free_port, seed_groups, thread_server, wait_status
+from tests.serverproc import RunningServer, free_port, rejected, seed_groups, thread_server, wait_status
 
 SLURM_22 = "22.05.8-4+deb12u3"
 SLURM_23 = "23.11.10-1"
@@ -47,12 +47,6 @@ def _groups(controller: str, compute: str) -> list[dict[str, Any]]:
     return groups
 
 
-def _rejected(call: Any, **kwargs: Any) -> str:
-    with pytest.raises(Exception) as e:  # noqa: PT011 - botocore's ClientError, checked below
-        call(**kwargs)
-    err = e.value.response["Error"]  # type: ignore[attr-defined]
-    assert err["Code"] == "ValidationException", err
-    return str(err["Message"])
 
 
 def _events(c: Any, name: str) -> list[str]:
@@ -67,7 +61,7 @@ def test_a_jump_over_two_releases_or_a_downgrade_changes_nothing(srv: RunningSer
     wait_status(c, "up", {"InService"})
     before = c.describe_cluster(ClusterName="up")
     events = _events(c, "up")
-    msg = _rejected(c.update_cluster_software, ClusterName="up", ImageId=img["24"])
+    msg = rejected(c.update_cluster_software, ClusterName="up", ImageId=img["24"])
     assert "22.05" in msg and "24.11" in msg and "at most 2 major releases" in msg, msg
     after = c.describe_cluster(ClusterName="up")
     assert after["ClusterStatus"] == "InService" and after["InstanceGroups"] == before["InstanceGroups"]
@@ -76,7 +70,7 @@ def test_a_jump_over_two_releases_or_a_downgrade_changes_nothing(srv: RunningSer
     assert {c.describe_cluster_node(ClusterName="up", NodeId=n["InstanceId"])["NodeDetails"]["CurrentImageId"]
             for n in nodes} == {img["22"]}
     # only the compute group to 23.11 would put slurmd ahead of slurmctld: refused too
-    msg = _rejected(c.update_cluster_software, ClusterName="up", ImageId=img["23"],
+    msg = rejected(c.update_cluster_software, ClusterName="up", ImageId=img["23"],
                     InstanceGroups=[{"InstanceGroupName": "compute-group"}])
     assert "newer than the controllers' Slurm 22.05" in msg and "compute-group" in msg, msg
     # two releases (22.05 -> 23.11) for the whole cluster is allowed
@@ -85,14 +79,14 @@ def test_a_jump_over_two_releases_or_a_downgrade_changes_nothing(srv: RunningSer
     assert {g["SoftwareUpdateStatus"] for g in d["InstanceGroups"]} == {"Succeeded"}
     assert {g["CurrentImageId"] for g in d["InstanceGroups"]} == {img["23"]}
     # and back down is a downgrade
-    msg = _rejected(c.update_cluster_software, ClusterName="up", ImageId=img["22"])
+    msg = rejected(c.update_cluster_software, ClusterName="up", ImageId=img["22"])
     assert "cannot be downgraded" in msg and "22.05" in msg and "23.11" in msg, msg
 
 
 def test_create_refuses_compute_newer_than_its_controllers(srv: RunningServer) -> None:
     img = _images(srv)
     c = srv.client()
-    msg = _rejected(c.create_cluster, ClusterName="mix", InstanceGroups=_groups(img["22"], img["24"]))
+    msg = rejected(c.create_cluster, ClusterName="mix", InstanceGroups=_groups(img["22"], img["24"]))
     assert "compute-group" in msg and "24.11" in msg and "22.05" in msg, msg
     assert c.list_clusters()["ClusterSummaries"] == []
     # compute two releases behind its controllers is what Slurm allows

@@ -15,7 +15,7 @@ import pytest
 
 from slurmpod.lifecycle.images import ImageCatalog
 from slurmpod.settings import Settings
-from tests.serverproc import RunningServer, free_port, seed_groups, thread_server, wait_status
+from tests.serverproc import RunningServer, free_port, rejected, seed_groups, thread_server, wait_status
 
 UNKNOWN = "ami-0123456789abcdef0"  # the API's pattern, not in any catalogue
 HINT = "slurmpod images list"
@@ -37,14 +37,6 @@ def _groups(compute_image: str | None = None, controller_image: str | None = Non
     return groups
 
 
-def _rejected(call: Any, **kwargs: Any) -> str:
-    """The ValidationException's message of ``call(**kwargs)``."""
-    with pytest.raises(Exception) as e:  # noqa: PT011 - botocore's ClientError, checked below
-        call(**kwargs)
-    err = e.value.response["Error"]  # type: ignore[attr-defined]
-    assert err["Code"] == "ValidationException", err
-    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400  # type: ignore[attr-defined]
-    return str(err["Message"])
 
 
 def _events(c: Any, name: str) -> list[str]:
@@ -62,7 +54,7 @@ def test_create_with_unknown_image_creates_nothing(srv: RunningServer) -> None:
     c = srv.client()
     for groups in (_groups(compute_image=UNKNOWN), _groups(controller_image=UNKNOWN),
                    _groups(compute_image=UNKNOWN, controller_image=UNKNOWN)):
-        msg = _rejected(c.create_cluster, ClusterName="img-bad", InstanceGroups=groups)
+        msg = rejected(c.create_cluster, ClusterName="img-bad", InstanceGroups=groups)
         assert UNKNOWN in msg and HINT in msg, msg
         assert msg.startswith(f"{sum(g.get('ImageId') == UNKNOWN for g in groups)} validation error"), msg
         assert c.list_clusters()["ClusterSummaries"] == []
@@ -96,12 +88,12 @@ def test_update_with_unknown_image_changes_nothing(srv: RunningServer) -> None:
     before = c.describe_cluster(ClusterName="img-upd")
     events = _events(c, "img-upd")
 
-    msg = _rejected(c.update_cluster, ClusterName="img-upd", InstanceGroups=_groups(compute_image=UNKNOWN))
+    msg = rejected(c.update_cluster, ClusterName="img-upd", InstanceGroups=_groups(compute_image=UNKNOWN))
     assert UNKNOWN in msg and HINT in msg and "compute-group" in msg, msg
     # a rejected update of the counts too: nothing of the request is applied
     bigger = _groups(compute_image=UNKNOWN)
     bigger[1]["InstanceCount"] = 3
-    _rejected(c.update_cluster, ClusterName="img-upd", InstanceGroups=bigger)
+    rejected(c.update_cluster, ClusterName="img-upd", InstanceGroups=bigger)
     after = c.describe_cluster(ClusterName="img-upd")
     assert after["ClusterStatus"] == "InService"
     for key in ("InstanceGroups", "ClusterStatus", "Orchestrator"):
@@ -122,7 +114,7 @@ def test_update_software_with_unknown_image_changes_nothing(srv: RunningServer) 
     before = c.describe_cluster(ClusterName="img-su")
     events = _events(c, "img-su")
     for scope in ({}, {"InstanceGroups": [{"InstanceGroupName": "compute-group"}]}):
-        msg = _rejected(c.update_cluster_software, ClusterName="img-su", ImageId=UNKNOWN, **scope)
+        msg = rejected(c.update_cluster_software, ClusterName="img-su", ImageId=UNKNOWN, **scope)
         assert UNKNOWN in msg and HINT in msg, msg
     after = c.describe_cluster(ClusterName="img-su")
     assert after["ClusterStatus"] == "InService"

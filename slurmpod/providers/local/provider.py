@@ -213,9 +213,11 @@ class LocalProvider:
             inst = self.layout.instance(cid, iid)
             for sub in ("upper", "work", "mnt"):
                 (inst / sub).mkdir(parents=True, exist_ok=True)
-            rec.save(inst / "meta.json")
+            # the address first: a server killed between the two writes leaves an address without a record (the
+            # relaunch of the same id takes it again), never a record whose address another node could be given
             write_json(self.layout.network(cid), net)
             self._write_hosts(cid, net)
+            rec.save(inst / "meta.json")
         return rec
 
     def _count_type(self, instance_type: str, exclude: str) -> int:

@@ -3,7 +3,6 @@ image's owners; the seed file with their contents never stays on the host; the n
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -13,23 +12,14 @@ from slurmpod.providers.base import InstanceRequest, NodeFile
 from slurmpod.providers.local.cleanup import cleanup_report, find_leftovers
 from slurmpod.providers.local.holder import SEED_FILE
 from slurmpod.providers.local.provider import LocalProvider
+from tests.providers.local.images import default_root
 
-STORE = Path(os.environ.get("SLURMPOD_IMAGE_STORE", "/var/lib/slurmpod/images"))
 KEY = bytes(range(256)) * 4  # binary, like a munge key
-
-
-def _image() -> Path | None:
-    try:
-        image_id = json.loads((STORE / "default.json").read_text())["image_id"]
-    except (OSError, ValueError, KeyError):
-        return None
-    root = STORE / image_id / "rootfs"
-    return root if root.is_dir() else None
 
 
 @pytest.mark.integration
 def test_seeded_files_are_there_at_first_boot(tmp_path: Path) -> None:
-    root = _image()
+    root = default_root()
     if os.geteuid() != 0 or root is None:
         pytest.skip("needs root and the default image (scripts/install.sh)")
     provider = LocalProvider(tmp_path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -12,22 +11,12 @@ from slurmpod.providers.base import InstanceRequest
 from slurmpod.providers.local.cleanup import cleanup_report, find_leftovers
 from slurmpod.providers.local.holder import node_cgroup
 from slurmpod.providers.local.provider import LocalProvider
-
-STORE = Path(os.environ.get("SLURMPOD_IMAGE_STORE", "/var/lib/slurmpod/images"))
-
-
-def _image() -> Path | None:
-    try:
-        image_id = json.loads((STORE / "default.json").read_text())["image_id"]
-    except (OSError, ValueError, KeyError):
-        return None
-    root = STORE / image_id / "rootfs"
-    return root if root.is_dir() else None
+from tests.providers.local.images import default_root
 
 
 @pytest.mark.integration
 def test_cleanup_ends_a_systemd_node_and_its_cgroup(tmp_path: Path) -> None:
-    root = _image()
+    root = default_root()
     if os.geteuid() != 0 or root is None:
         pytest.skip("needs root and the default image (scripts/install.sh)")
     provider = LocalProvider(tmp_path)
