@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,19 @@ def delete_and_wait(client: Any, name: str, timeout: float = DELETE_TIMEOUT) -> 
     except client.exceptions.ResourceNotFound:
         return
     _wait_status(client, name, {"gone"}, timeout)
+
+
+def stop_server(server: BenchServer, warn: Callable[[str], None], timeout: float = DELETE_TIMEOUT) -> None:
+    """Deletes the server's clusters through the API (best effort: the state-dir cleanup removes the rest), then
+    stops it."""
+    try:
+        if server.proc is not None and server.proc.poll() is None:
+            client = server.client()
+            for c in client.list_clusters()["ClusterSummaries"]:
+                delete_and_wait(client, c["ClusterName"], timeout=timeout)
+    except Exception as exc:
+        warn(f"deleting clusters through the API failed: {exc}")
+    server.stop()
 
 
 def run_slurmpod(server: BenchServer, name: str, compute_count: int = 2) -> ApiRun:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.api_run import _wait_status, delete_and_wait, seed_groups
+from bench.api_run import _wait_status, delete_and_wait, seed_groups, stop_server
 from bench.floor import floor_image, run_floor
 from bench.memory import NodeMemory, node_memory, rss_mib
 from bench.seed_local import _cleanup_dir, _server_extra, image_doc
@@ -102,14 +102,7 @@ def run(runs: int, workdir: Path | None = None, progress: Progress = print, quic
             progress(f"server log kept in {kept}")
         raise
     finally:
-        try:
-            if server.proc is not None and server.proc.poll() is None:
-                client = server.client()
-                for c in client.list_clusters()["ClusterSummaries"]:
-                    delete_and_wait(client, c["ClusterName"], timeout=CREATE_TIMEOUT)
-        except Exception as exc:  # best effort: the state-dir cleanup removes the rest
-            progress(f"deleting clusters through the API failed: {exc}")
-        server.stop()
+        stop_server(server, progress, timeout=CREATE_TIMEOUT)
         left = _cleanup_dir(root / "server") + _cleanup_dir(root / "floor")
         if left:
             progress(f"leftovers remain under {root}: {left}")

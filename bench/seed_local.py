@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.api_run import ApiRun, delete_and_wait, run_slurmpod
+from bench.api_run import ApiRun, run_slurmpod, stop_server
 from bench.floor import FloorRun, floor_image, run_floor
 from bench.server import BenchServer
 from bench.stats import figure, median_of_dicts, summary
@@ -93,14 +93,7 @@ def run(runs: int, workdir: Path | None = None, progress: Progress = print,
         raise
     finally:
         for srv in (server, acct_server):
-            try:
-                if srv.proc is not None and srv.proc.poll() is None:
-                    client = srv.client()
-                    for c in client.list_clusters()["ClusterSummaries"]:
-                        delete_and_wait(client, c["ClusterName"])
-            except Exception as exc:  # best effort: the state-dir cleanup below removes the rest
-                log.warning("deleting clusters through the API failed: %s", exc)
-            srv.stop()
+            stop_server(srv, log.warning)
         left = [x for d in ("server", "server-acct", "floor", "floor-acct") for x in _cleanup_dir(root / d)]
         if left:
             log.error("leftovers remain under %s: %s", root, left)

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.api_run import ApiRun, delete_and_wait, run_slurmpod
+from bench.api_run import ApiRun, run_slurmpod, stop_server
 from bench.floor import floor_image
 from bench.seed_local import Progress, _cleanup_dir, image_doc
 from bench.server import BenchServer
@@ -40,14 +40,7 @@ def run(runs: int, workdir: Path | None = None, progress: Progress = print) -> d
                          f"{a.in_service:.2f}s, job done {a.job_done:.2f}s (delete {a.delete:.2f}s)")
     finally:
         for srv in servers.values():
-            try:
-                if srv.proc is not None and srv.proc.poll() is None:
-                    client = srv.client()
-                    for c in client.list_clusters()["ClusterSummaries"]:
-                        delete_and_wait(client, c["ClusterName"])
-            except Exception as exc:  # best effort: the state-dir cleanup below removes the rest
-                log.warning("deleting clusters through the API failed: %s", exc)
-            srv.stop()
+            stop_server(srv, log.warning)
         left = [x for suite in SUITES for x in _cleanup_dir(root / suite)]
         if left:
             log.error("leftovers remain under %s: %s", root, left)

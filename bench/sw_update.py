@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.api_run import POLL, _wait_status, delete_and_wait, seed_groups
+from bench.api_run import POLL, _wait_status, delete_and_wait, seed_groups, stop_server
 from bench.server import BenchServer
 from bench.stats import summary
 
@@ -128,14 +128,7 @@ def run(runs: int, workdir: Path | None = None, progress: Progress = print, quic
 def _stop_and_clean(server: BenchServer, root: Path, progress: Progress) -> None:
     from bench.seed_local import _cleanup_dir
 
-    try:
-        if server.proc is not None and server.proc.poll() is None:
-            client = server.client()
-            for c in client.list_clusters()["ClusterSummaries"]:
-                delete_and_wait(client, c["ClusterName"])
-    except Exception as exc:  # best effort: the state-dir cleanup removes the rest
-        progress(f"deleting clusters through the API failed: {exc}")
-    server.stop()
+    stop_server(server, progress)
     if not _cleanup_dir(root / "server"):
         shutil.rmtree(root, ignore_errors=True)
 
