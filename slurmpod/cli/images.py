@@ -220,7 +220,8 @@ def _list_store(images: Any) -> int:
     print(f"{'IMAGE ID':<22} {'SUITE':<9} {'SLURM':<20} {'SIZE':>8} {'SOURCE':<7} {'REFS':>4} CREATED")
     for m in images.manifests():
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(m.created))
-        tag = " (default)" if m.id == default else ""
+        tag = " (default)" if m.id == default else (
+            f" ({m.suite} default)" if images.default_pointer(m.suite).get("image_id") == m.id else "")
         print(f"{m.id:<22} {m.suite:<9} {m.slurm_version:<20} {_mib(m.size):>8} {m.source:<7} "
               f"{len(images.live_refs(m.id)):>4} {created}{tag}")
     return 0
