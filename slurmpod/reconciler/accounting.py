@@ -101,28 +101,38 @@ class AccountingService:
         self._locks: dict[str, threading.Lock] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._addresses: dict[str, str] = {}  # cluster id -> the accounting host's address (known once launched)
+        self._images: dict[str, Image | None] = {}  # cluster id -> the recorded image (IMAGE_FILE), cached
         self._guard = threading.Lock()
         self._launched = threading.Condition(self._guard)
 
+    def _recorded(self, cluster_id: str) -> Image | None:
+        """The image the cluster's accounting host was launched with (read from its state file once per process)."""
+        with self._guard:
+            if cluster_id in self._images:
+                return self._images[cluster_id]
+        try:
+            image: Image | None = Image.from_dict(json.loads((self.dir / cluster_id / IMAGE_FILE).read_text()))
+        except (OSError, ValueError, TypeError):
+            image = None
+        with self._guard:
+            self._images[cluster_id] = image
+        return image
+
     def image_of(self, cluster_id: str) -> Image:
         """The image the cluster's accounting host runs (recorded when it was launched), else the service's."""
-        try:
-            raw = json.loads((self.dir / cluster_id / IMAGE_FILE).read_text())
-            return Image.from_dict(raw)
-        except (OSError, ValueError, TypeError):
-            return self.image
+        return self._recorded(cluster_id) or self.image
 
     def systemd(self, cluster_id: str) -> bool:
         """The host boots an image root filesystem with systemd (its daemons are units), not the host's /."""
-        return self.image_of(cluster_id).kind == "rootfs"
+        return _systemd(self.image_of(cluster_id))
 
     def _target(self, cluster_id: str, image: Image | None) -> Image:
         """The image the host should run: ``image`` when there is no host yet or it carries a later Slurm release
         (slurmdbd is upgraded first, before any slurmctld); otherwise the one it runs (never a downgrade, no
         replacement for a patch release: slurmdbd may be newer than slurmctld)."""
-        current = self.image_of(cluster_id)
-        if image is None or not (self.dir / cluster_id / IMAGE_FILE).exists():
-            return image or current
+        current = self._recorded(cluster_id)
+        if image is None or current is None:
+            return image or current or self.image
         new, old = major_of(image.slurm_version), major_of(current.slurm_version)
         return image if new is not None and old is not None and new > old else current
 
@@ -130,6 +140,8 @@ class AccountingService:
         d = self.dir / cluster_id
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(d / IMAGE_FILE, (json.dumps(asdict(image), indent=1) + "\n").encode())
+        with self._guard:
+            self._images[cluster_id] = image
 
     # ---- public API ---------------------------------------------------------------------------
 
@@ -225,6 +237,7 @@ class AccountingService:
             self._modes.pop(cluster_id, None)
             with self._guard:
                 self._addresses.pop(cluster_id, None)
+                self._images.pop(cluster_id, None)
             self.provider.terminate(cluster_id, self.instance_id(cluster_id))
             (self.dir / cluster_id / PASSWORD_FILE).unlink(missing_ok=True)
             (self.dir / cluster_id / IMAGE_FILE).unlink(missing_ok=True)
@@ -261,10 +274,10 @@ class AccountingService:
                     image: Image) -> list[NodeFile]:
         """On a systemd image with MariaDB's template datadir: everything the host needs to come up with munge,
         MariaDB and slurmdbd running at the end of its boot (``acct.boot_files``); else only the munge key."""
-        if image.kind != "rootfs":
+        if not _systemd(image):
             return []
         if external is None and not (Path(image.root) / acct.MARIADB_TEMPLATE.lstrip("/") / "mysql").is_dir():
-            return [NodeFile(control.MUNGE_KEY, munge_key, 0o400, "munge")]
+            return [control.munge_key_file(munge_key)]
         conf, password = self._dbd_conf(cluster_id, external)
         return acct.boot_files(munge_key, conf, password=password)
 
@@ -299,7 +312,7 @@ class AccountingService:
             self._addresses[cluster_id] = inst.ip
             self._launched.notify_all()
         r = self.provider.runner(cluster_id, inst.instance_id)
-        systemd = image.kind == "rootfs"
+        systemd = _systemd(image)
         control.start_munge(r, munge_key)  # a no-op when munge.service started on the key at boot
         t1 = time.monotonic()
         conf, password = self._dbd_conf(cluster_id, external)
@@ -405,6 +418,11 @@ class AccountingService:
                 raise AccountingError(f"{what}: the process exited", tail())
             time.sleep(POLL)
 
+
+
+def _systemd(image: Image) -> bool:
+    """An image root filesystem boots systemd (the daemons are units); the legacy host-root image does not."""
+    return image.kind == "rootfs"
 
 
 def _write_dbd_conf(r: CommandRunner, text: str) -> bool:

@@ -371,11 +371,11 @@ class ClusterService:
                 raise ConflictException(f"Instance group(s) {', '.join(busy)} are Creating or Updating.")
             upgrade = False
             if target is not None:
-                nodes = self.nodes(cur)
-                slurm = slurm_versions.update_findings(cur.spec, nodes, names, target, self._image_of)
+                running = slurm_versions.running_versions(self.nodes(cur), self._image_of)
+                slurm = slurm_versions.update_findings(cur.spec, running, names, target)
                 if slurm:
                     raise ValidationException(validation_message(slurm))
-                upgrade = slurm_versions.is_upgrade(nodes, names, target, self._image_of)
+                upgrade = slurm_versions.is_upgrade(running, names, target)
             now = self.clock.now()
             su = new_software_update(ids.new_operation_id(), target.image_id if target else (image_id or "default"),
                                      names, deployment, now, slurm_upgrade=upgrade)

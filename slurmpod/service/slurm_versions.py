@@ -18,15 +18,24 @@ from slurmpod.lifecycle.images import Image
 Lookup = Callable[[str | None], Image | None]
 
 
+Running = Mapping[str, set[str]]  # group -> the Slurm versions its active nodes run
+
+
 def running_versions(nodes: Iterable[NodeRecord], lookup: Lookup) -> dict[str, set[str]]:
-    """group -> the Slurm versions its active nodes' images carry (unknown ones left out)."""
-    out: dict[str, set[str]] = {}
+    """group -> the Slurm versions its active nodes' images carry (unknown ones left out); each image is looked
+    up once (a catalogue lookup reads the store)."""
+    by_image: dict[tuple[str, str | None], None] = {}
     for n in nodes:
-        if not n.active:
-            continue
-        image = lookup(n.image_id)
-        if image is not None and image.slurm_version:
-            out.setdefault(n.group, set()).add(image.slurm_version)
+        if n.active:
+            by_image[(n.group, n.image_id)] = None
+    versions: dict[str | None, str] = {}
+    out: dict[str, set[str]] = {}
+    for group, image_id in by_image:
+        if image_id not in versions:
+            image = lookup(image_id)
+            versions[image_id] = image.slurm_version if image is not None else ""
+        if versions[image_id]:
+            out.setdefault(group, set()).add(versions[image_id])
     return out
 
 
@@ -55,11 +64,9 @@ def desired_versions(spec: ClusterSpec, lookup: Lookup) -> dict[str, str]:
     return out
 
 
-def update_findings(spec: ClusterSpec, nodes: Sequence[NodeRecord], groups: Sequence[str], target: Image,
-                    lookup: Lookup) -> list[str]:
-    """UpdateClusterSoftware of ``groups`` to ``target``: no downgrade, no jump over more than two releases, and
-    no group left on a Slurm the (updated) controllers cannot work with."""
-    running = running_versions(nodes, lookup)
+def update_findings(spec: ClusterSpec, running: Running, groups: Sequence[str], target: Image) -> list[str]:
+    """UpdateClusterSoftware of ``groups`` to ``target`` (``running``: ``running_versions``): no downgrade, no jump
+    over more than two releases, and no group left on a Slurm the (updated) controllers cannot work with."""
     if not target.slurm_version:
         return []
     out = []
@@ -81,7 +88,6 @@ def release_of(version: str) -> SlurmRelease:
     return major_of(version) or SlurmRelease(0, 0)
 
 
-def is_upgrade(nodes: Sequence[NodeRecord], groups: Sequence[str], target: Image, lookup: Lookup) -> bool:
+def is_upgrade(running: Running, groups: Sequence[str], target: Image) -> bool:
     """Some node of ``groups`` runs an earlier Slurm major release than ``target`` carries."""
-    running = running_versions(nodes, lookup)
     return any(is_major_upgrade(v, target.slurm_version) for g in groups for v in running.get(g, ()))

@@ -17,6 +17,7 @@ import hashlib
 import re
 
 from slurmpod.providers.base import NodeFile
+from slurmpod.slurm import control
 from slurmpod.slurm.conf import SLURMDBD_PORT
 
 MYSQL_DATADIR = "/var/lib/mysql"
@@ -176,7 +177,7 @@ def boot_files(munge_key: bytes, dbd_conf: str, *, password: str | None) -> list
     """A systemd accounting host's files before its first boot, so munge, MariaDB (seeded from the image's
     template, the slurm user made by ``init-file``) and slurmdbd start during the boot itself. ``password=None``:
     slurmdbd stores into an external database (no local MariaDB)."""
-    files = [NodeFile("/etc/munge/munge.key", munge_key, 0o400, "munge"),
+    files = [control.munge_key_file(munge_key),
              NodeFile(SLURMDBD_CONF, dbd_conf.encode(), 0o600, "slurm"),
              NodeFile(f"{_WANTS}/slurmdbd.service", link=_SLURMDBD_UNIT)]
     if password is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from slurmpod.providers.base import CommandResult, CommandRunner
+from slurmpod.providers.base import CommandResult, CommandRunner, NodeFile
 from slurmpod.slurm.conf import (
     DEFAULT_STATE_SAVE_LOCATION,
     SLURMCTLD_LOG_FILE,
@@ -184,6 +184,11 @@ def stop_daemon(
 
 def _munge_ok(runner: CommandRunner) -> bool:
     return _run(runner, ["munge", "-n"], timeout=10).returncode == 0
+
+
+def munge_key_file(key: bytes) -> NodeFile:
+    """The cluster's munge key as a node file (0400, owned by the image's munge user)."""
+    return NodeFile(MUNGE_KEY, key, 0o400, "munge")
 
 
 def start_munge(

@@ -111,22 +111,22 @@ def slurmd_files(node_conf: str | None) -> list[NodeFile]:
     return files
 
 
-def keep_slurmd_template(runner: CommandRunner, node_conf: str | None = "") -> None:
+def keep_slurmd_template(runner: CommandRunner, *, compute: bool) -> None:
     """Keeps the image's slurmd.service (with the ``${SLURMD_OPTIONS}`` placeholder) as the template before any
-    lifecycle script renders it; ``node_conf=None`` (not a compute node) removes dynamic-node arguments."""
+    lifecycle script renders it; a node that is not a compute node has no dynamic-node arguments."""
     r = control._run(runner, ["sh", "-c", f'grep -qF "$1" {SLURMD_UNIT} || exit 0; test -e {SLURMD_TEMPLATE} '
                               f'|| {{ mkdir -p /etc/slurmpod && cp -p {SLURMD_UNIT} {SLURMD_TEMPLATE}; }}',
                               "sh", PLACEHOLDER], timeout=10)
     if r.returncode != 0:
         raise control.SlurmError(f"keeping the image's slurmd.service failed: {r.stderr.strip()[-300:]}")
-    if node_conf is None:
+    if not compute:
         control._run(runner, ["rm", "-f", SLURMD_ARGS], timeout=10)
 
 
 def prepare_slurmd(runner: CommandRunner, node_conf: str | None) -> None:
     """Before any lifecycle script: keep the image's slurmd.service template, install the wrapper, and write the
     node's dynamic-node arguments (None: not a compute node; the wrapper then adds nothing)."""
-    keep_slurmd_template(runner, node_conf)
+    keep_slurmd_template(runner, compute=node_conf is not None)
     write_files(runner, slurmd_files(node_conf))
 
 

@@ -43,6 +43,12 @@ def _register(state: Path, suite: str) -> str:
     return r.stdout.split()[1]
 
 
+def _images(state: Path) -> tuple[str, str]:
+    """The store's trixie and bookworm images, registered in the server's state dir (skips without them)."""
+    _store_default("trixie"), _store_default("bookworm")
+    return _register(state, "trixie"), _register(state, "bookworm")
+
+
 def _groups(image: str, compute: int = 2) -> list[dict[str, Any]]:
     groups = seed_groups(compute)
     for g in groups:
@@ -64,9 +70,8 @@ def _wait_job(state: Path, name: str, job: str, timeout: float = 60) -> str:
 
 
 def test_seed000_on_slurm_2411(local_server: ServerProcess) -> None:
-    _store_default("trixie"), _store_default("bookworm")
     state = local_server.state_dir
-    trixie, bookworm = _register(state, "trixie"), _register(state, "bookworm")
+    trixie, bookworm = _images(state)
     c = local_server.client()
     name = "slurm2411"
     c.create_cluster(ClusterName=name, InstanceGroups=_groups(trixie))
@@ -93,9 +98,8 @@ def test_seed000_on_slurm_2411(local_server: ServerProcess) -> None:
 
 
 def test_22_05_to_24_11_is_refused_before_any_node_is_touched(local_server: ServerProcess) -> None:
-    _store_default("trixie"), _store_default("bookworm")
     state = local_server.state_dir
-    trixie, bookworm = _register(state, "trixie"), _register(state, "bookworm")
+    trixie, bookworm = _images(state)
     c = local_server.client()
     name = "slurm2205"
     c.create_cluster(ClusterName=name, InstanceGroups=_groups(bookworm, compute=1))

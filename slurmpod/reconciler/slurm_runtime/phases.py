@@ -83,6 +83,9 @@ def launched(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     return {"ip": inst.ip, "hostname": inst.hostname}
 
 
+AUTHORIZED_KEYS = "/root/.ssh/authorized_keys"
+
+
 def boot_files(rt: SlurmRuntime, cluster: ClusterRecord) -> list[NodeFile]:
     """What every node of ``cluster`` gets before anything runs in it: the munge key (the image's munge.service
     starts on it at first boot), the cluster's root SSH key, log rotation and provisioning_parameters.json. The
@@ -90,7 +93,7 @@ def boot_files(rt: SlurmRuntime, cluster: ClusterRecord) -> list[NodeFile]:
     again in one command either way."""
     private, public = rt.files.ssh_key(cluster.cluster_id)
     return [
-        NodeFile(control.MUNGE_KEY, rt.munge_key(cluster.cluster_id), 0o400, "munge"),
+        control.munge_key_file(rt.munge_key(cluster.cluster_id)),
         NodeFile("/root/.ssh/id_ed25519", private, 0o600),
         NodeFile("/root/.ssh/id_ed25519.pub", public, 0o644),
         NodeFile(AUTHORIZED_KEYS, public, 0o600),
@@ -99,7 +102,6 @@ def boot_files(rt: SlurmRuntime, cluster: ClusterRecord) -> list[NodeFile]:
     ]
 
 
-AUTHORIZED_KEYS = "/root/.ssh/authorized_keys"
 #: directories ``baseline`` makes (mode and owner set even when the image has them)
 BASELINE_DIRS = (("/var/log/slurm", 0o755, "slurm"), ("/var/log/slurmpod", 0o755, "root"),
                  ("/root/.ssh", 0o700, "root"))
@@ -109,13 +111,13 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
              nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
     r = rt.runner(cluster, node)
     image = rt.image_lookup(node.image_id)
-    compute = group.node_type in (NodeType.COMPUTE, None)
+    node_conf = compute_node_conf(group) if group.node_type in (NodeType.COMPUTE, None) else None
     files = [*boot_files(rt, cluster),
              NodeFile(RESOURCE_CONFIG_PATH, resource_config(cluster, nodes).encode(), 0o644),
              NodeFile("/etc/slurmpod/image", f"{image.image_id} {image.release}\n".encode(), 0o644)]
     systemd = units.uses_systemd(r)
     if systemd:
-        files += units.slurmd_files(compute_node_conf(group) if compute else None)
+        files += units.slurmd_files(node_conf)
     # authorized_keys on its own: an ssh host's runner merges it with the key slurmpod logs in with
     keys = next(f for f in files if f.path == AUTHORIZED_KEYS)
     write_files(r, [f for f in files if f is not keys], BASELINE_DIRS)
@@ -123,7 +125,7 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     control.start_munge(r, rt.munge_key(cluster.cluster_id))  # a no-op when munge.service started on the key
     gpus.write_node_gres(r, cluster.spec, group)
     if systemd:
-        units.keep_slurmd_template(r, compute_node_conf(group) if compute else None)
+        units.keep_slurmd_template(r, compute=node_conf is not None)
         _default_user_home(r)
     if group.node_type == NodeType.CONTROLLER:
         # HyperPod writes an API-driven cluster's slurm.conf before the lifecycle scripts run (AWS's start_slurm.sh
