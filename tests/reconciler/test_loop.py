@@ -41,9 +41,13 @@ def test_drain_waits_park_instead_of_holding_workers(h: Harness) -> None:
         h.runtime.jobs[n.instance_id] = ["41", "42"]
     target = h.publish("1.1.0")
     h.update_software(a.cluster_id, batch=4, image_id=target)
-    h.settle(lambda: all(n.data.get("update_step") == "wait" for n in h.nodes(a.cluster_id, "compute")),
-             what="every compute node waiting for its jobs")
-    assert h.rec.pool.running == 0  # nobody holds a thread while waiting
+    # (the last worker to park its node returns a moment after writing the step: wait for both)
+    h.settle(lambda: all(n.data.get("update_step") == "wait" for n in h.nodes(a.cluster_id, "compute"))
+             and h.rec.pool.running == 0, what="every compute node waiting for its jobs, no worker busy")
+    for _ in range(5):  # nobody takes a thread back while the jobs run
+        h.rec.run_once()
+        time.sleep(0.02)
+    assert h.rec.pool.running == 0
     assert any("runs job(s) 41, 42" in e for e in h.events(a.cluster_id))
 
     b = h.create("meanwhile", compute=3)
