@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 
 from slurmpod.clock import Clock
 from slurmpod.domain.audit import DEFAULT_RETENTION_DAYS, AuditRecord
@@ -53,6 +54,4 @@ class AuditService:
         """One page, newest first; ``f.account_id`` must be the caller's (the API layer sets it)."""
         oldest = self.clock.now() - self.retention
         start = oldest if f.start is None else max(f.start, oldest)
-        from dataclasses import replace
-
         return self.log.page(replace(f, start=start), cursor=cursor, limit=limit)
