@@ -68,6 +68,9 @@ def cmd_server(args: argparse.Namespace) -> int:
         retry_delay=args.retry_delay,
         update_drain_timeout=args.update_drain_timeout,
         capacity=parse_capacity(args.capacity),
+        replica_id=args.replica_id,
+        machine_id=args.machine_id,
+        lease_seconds=args.lease_seconds,
     )
     from slurmpod.regions import is_region
 
@@ -75,6 +78,8 @@ def cmd_server(args: argparse.Namespace) -> int:
         return die(f"--region {args.region!r} is not an AWS region name (e.g. us-east-1, ap-northeast-1)")
     if args.audit_retention_days <= 0:
         return die("--audit-retention-days must be a positive number of days")
+    if args.lease_seconds < 1:
+        return die("--lease-seconds must be at least 1")
     if bool(args.tls_cert) != bool(args.tls_key):
         return die("--tls-cert and --tls-key go together")
     refusal = listen_refusal(args.host, tls=bool(args.tls_cert), insecure_no_tls=args.insecure_no_tls, auth=args.auth)
