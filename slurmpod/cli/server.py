@@ -100,6 +100,12 @@ def cmd_server(args: argparse.Namespace) -> int:
         return die(str(exc))
     if settings.provider == "simulated":
         logging.getLogger("slurmpod").warning("provider: SIMULATED (no real nodes; for tests and benchmarks)")
+    import signal
+    import sys
+
+    # uvicorn re-raises SIGTERM after its graceful shutdown: exit through ``finally`` so the server stops cleanly
+    # (several servers: its leases are released and the others take over at once, a rolling restart)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.start()
     try:
         # explicit, so a missing uvloop/httptools wheel fails loudly instead of silently losing ~10 % of requests/s

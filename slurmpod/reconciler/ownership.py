@@ -86,6 +86,9 @@ class Ownership:
     # ---- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
+        stale = self.leases.release_stale(self.owner)
+        if stale:
+            log.info("freed %d lease(s) a previous server with id %s held", stale, self.owner)
         self.step()
         self._thread = threading.Thread(target=self._run, name="slurmpod-leases", daemon=True)
         self._thread.start()
@@ -110,8 +113,7 @@ class Ownership:
         except Exception:
             log.exception("leaving the replica list failed")
         metrics.OWNED_CLUSTERS.set(0)
-        if held:
-            log.info("released %d cluster lease(s)", len(held))
+        log.info("released %d cluster lease(s) (clean stop)", len(held))
 
     def _run(self) -> None:
         while not self._stop.wait(self.tick):
@@ -170,7 +172,9 @@ class Ownership:
             self.on_change()
 
     def _renew(self, until: float, deadline: float) -> None:
-        still = self.leases.renew(self.owner, until)
+        with self._lock:
+            mine = {cid: h.epoch for cid, h in self.held.items()}
+        still = self.leases.renew(self.owner, until, mine)
         with self._lock:
             for cid, h in list(self.held.items()):
                 if still.get(cid) == h.epoch:

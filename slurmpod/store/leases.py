@@ -150,12 +150,23 @@ class LeaseStore:
                 return None  # another server inserted it first
             return 1
 
-    def renew(self, owner: str, until: float) -> dict[str, int]:
-        """Extends every lease ``owner`` still holds; returns them (cluster id -> epoch)."""
+    def renew(self, owner: str, until: float, held: dict[str, int]) -> dict[str, int]:
+        """Extends the leases of ``held`` (cluster id -> epoch) ``owner`` still holds at that epoch; returns them."""
+        if not held:
+            return {}
         with self._begin() as conn:
-            rows = conn.execute(update(leases).where(and_(leases.c.owner == owner, leases.c.released.is_(False)))
+            rows = conn.execute(update(leases).where(and_(leases.c.owner == owner, leases.c.released.is_(False),
+                                                          leases.c.cluster_id.in_(list(held))))
                                 .values(expires=until).returning(leases.c.cluster_id, leases.c.epoch))
-            return {r[0]: int(r[1]) for r in rows}
+            return {r[0]: int(r[1]) for r in rows if held.get(r[0]) == int(r[1])}
+
+    def release_stale(self, owner: str) -> int:
+        """A server starting under the id of a previous process: that process's leases are free at once (their
+        epochs are unknown here, so they cannot be renewed; a take-over bumps the epoch and fences it)."""
+        with self._begin() as conn:
+            res = conn.execute(update(leases).where(and_(leases.c.owner == owner, leases.c.released.is_(False)))
+                               .values(released=True, expires=0.0))
+            return int(res.rowcount or 0)
 
     def release(self, owner: str, cluster_id: str, epoch: int) -> None:
         with self._begin() as conn:

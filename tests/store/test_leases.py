@@ -35,13 +35,16 @@ def test_first_lease_then_exclusive_until_expiry(store: SqlStore) -> None:
     store.create_cluster(c)
     assert store.leases.acquire(c.cluster_id, "a", now=100.0, until=110.0, machine="m1", home="m1") == 1
     assert store.leases.acquire(c.cluster_id, "b", now=105.0, until=115.0, machine="m1", home="m1") is None
-    assert store.leases.renew("a", 120.0) == {c.cluster_id: 1}
+    assert store.leases.renew("a", 120.0, {c.cluster_id: 1}) == {c.cluster_id: 1}
+    assert store.leases.renew("a", 120.0, {c.cluster_id: 7}) == {}  # another epoch: not this holder's
     assert store.leases.acquire(c.cluster_id, "b", now=115.0, until=125.0, machine="m1", home="m1") is None
     # expired: another server of the same machine takes it, the epoch moves on
     assert store.leases.acquire(c.cluster_id, "b", now=121.0, until=131.0, machine="m1", home="m1") == 2
-    assert store.leases.renew("a", 140.0) == {}
+    assert store.leases.renew("a", 140.0, {c.cluster_id: 1}) == {}
+    assert store.leases.release_stale("b") == 1  # restarted under the same id
+    assert store.leases.acquire(c.cluster_id, "c", now=122.0, until=131.0, machine="m1", home="m1") == 3
     lease = store.leases.all()[c.cluster_id]
-    assert (lease.owner, lease.epoch, lease.machine) == ("b", 2, "m1")
+    assert (lease.owner, lease.epoch, lease.machine) == ("c", 3, "m1")
 
 
 def test_pinned_cluster_only_on_its_machine(store: SqlStore) -> None:
