@@ -99,6 +99,7 @@ def boot_files(rt: SlurmRuntime, cluster: ClusterRecord) -> list[NodeFile]:
         NodeFile(AUTHORIZED_KEYS, public, 0o600),
         NodeFile("/etc/logrotate.d/slurmpod", LOGROTATE, 0o644),
         NodeFile(PROVISIONING_PARAMETERS_PATH, provisioning_parameters_json(cluster).encode(), 0o644),
+        *nodeprograms.program_files(),
     ]
 
 
