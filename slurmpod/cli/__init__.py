@@ -18,6 +18,7 @@ from slurmpod.cli.admin import (
 )
 from slurmpod.cli.connect import cmd_connect
 from slurmpod.cli.events import add_events_parser
+from slurmpod.cli.faults import add_faults_parser
 from slurmpod.cli.hosts import add_hosts_parser
 from slurmpod.cli.images import add_images_parser
 from slurmpod.cli.logs import add_logs_parser
@@ -175,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     add_events_parser(sub)
+    add_faults_parser(sub)
     add_hosts_parser(sub)
 
     add_images_parser(sub)

@@ -197,6 +197,26 @@ def slurm_requested(group: str, instance_id: str, action: str) -> EventDraft:
                           f"(Action:{action}); its jobs have ended", group, instance_id)
 
 
+def health_fault(group: str, instance_id: str, host: str, fault: str, detail: str, action: str, *,
+                 automatic: bool) -> EventDraft:
+    """A node's health agent found a fault and marked the node ``Action:<action>`` in Slurm (HyperPod's HMA
+    wording)."""
+    seen = f" ({detail})" if detail else ""
+    text = (f"Instance {instance_id} ({host}) is unhealthy. The health monitoring agent has detected fault type "
+            f"{fault} on this node{seen} and marked it Action:{action} in Slurm. ")
+    if automatic:
+        return instance_event(text + f"Repair action: {action}.", group, instance_id, level=EventLevel.WARN)
+    return instance_event(text + "NodeRecovery is None: the node stays marked for the operator.", group,
+                          instance_id, level=EventLevel.ERROR)
+
+
+def fault_injected(group: str, instance_id: str, host: str, kind: str, *, duration: float | None) -> EventDraft:
+    """``slurmpod faults inject``: a rehearsal fault, said in the cluster's events so the story reads whole."""
+    lasting = f" for {duration:.0f} s" if duration else ""
+    return instance_event(f"Fault {kind} injected into instance {instance_id} ({host}){lasting} with "
+                          "`slurmpod faults inject` (a rehearsal)", group, instance_id, level=EventLevel.WARN)
+
+
 def replacement_started(cluster_name: str, group: str, instance_id: str) -> EventDraft:
     """A node is being replaced (BatchReplaceClusterNodes, Slurm's ``Action:Replace``): HyperPod's wording."""
     return instance_event(f"Instance {instance_id} is starting as part of instance replacement in Cluster "

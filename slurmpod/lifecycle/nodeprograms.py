@@ -10,6 +10,7 @@ that boots it, whatever its image, with no image rebuild when they change.
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 
 from slurmpod.providers.base import NodeFile
@@ -18,9 +19,30 @@ PREFIX = "/usr/lib/slurmpod"
 PACKAGE_DIR = f"{PREFIX}/slurmpod_node"
 BIN = f"{PREFIX}/bin"
 #: executable name -> module of slurmpod.node with a ``main() -> int``
-ENTRY_POINTS: dict[str, str] = {}
+ENTRY_POINTS: dict[str, str] = {
+    "slurmpod-health": "health_agent",
+    "slurmpod-fault": "fault",
+    "auto-resume": "auto_resume",  # exec'd by the SPANK plugin for srun --auto-resume=1
+}
+HEALTH_CONFIG = "/etc/slurmpod/health.json"  # health_agent.CONFIG_FILE: only compute nodes get it
+HEALTH_UNIT = f"""[Unit]
+Description=slurmpod health monitoring agent (HyperPod's HMA): marks a faulty node Action:Replace/Reboot in Slurm
+After=munge.service slurmd.service
+ConditionPathExists={HEALTH_CONFIG}
+
+[Service]
+ExecStart={BIN}/slurmpod-health
+Restart=always
+RestartSec=5
+Nice=10
+
+[Install]
+WantedBy=multi-user.target
+"""
 #: unit file name -> unit text (enabled on every node that gets the programs)
-UNITS: dict[str, str] = {}
+UNITS: dict[str, str] = {
+    "slurmpod-health.service": HEALTH_UNIT,
+}
 _WANTS = "/etc/systemd/system/multi-user.target.wants"
 
 WRAPPER = """#!/usr/bin/python3
@@ -37,6 +59,12 @@ def modules() -> dict[str, bytes]:
     pkg = resources.files("slurmpod.node")
     return {entry.name: entry.read_bytes() for entry in sorted(pkg.iterdir(), key=lambda e: e.name)
             if entry.name.endswith(".py") and entry.is_file()}
+
+
+def health_config(*, interval: float = 2.0, rpc_interval: float = 30.0) -> NodeFile:
+    """The health agent's configuration (a compute node's boot file: the agent runs where it exists)."""
+    data = {"interval": interval, "rpc_interval": rpc_interval, "compute": True}
+    return NodeFile(HEALTH_CONFIG, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o644)
 
 
 def program_files() -> list[NodeFile]:

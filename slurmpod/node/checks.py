@@ -109,15 +109,22 @@ def _proc_state(pid: int) -> str:
     return stat_line.rsplit(")", 1)[1].split()[0]
 
 
-def check_slurmd() -> Result:
-    """slurmd runs and answers its own RPC (``scontrol show slurmd`` talks to the local slurmd)."""
-    pids = _pid_of("slurmd")
+def _daemon(comm: str, fault: str) -> Result | None:
+    """A failure when no ``comm`` process runs or one is stopped (SIGSTOP: alive, answering nothing)."""
+    pids = _pid_of(comm)
     if not pids:
-        return Result("slurmd", False, "slurmd is not running", "reboot", "SlurmdNotRunning")
+        return Result(comm, False, f"{comm} is not running", "reboot", fault)
     stopped = [p for p in pids if _proc_state(p) in ("T", "t")]
     if stopped:
-        return Result("slurmd", False, f"slurmd (pid {stopped[0]}) is stopped and answers nothing", "reboot",
-                      "SlurmdUnresponsive")
+        return Result(comm, False, f"{comm} (pid {stopped[0]}) is stopped and answers nothing", "reboot", fault)
+    return None
+
+
+def check_slurmd(rpc: bool = True) -> Result:
+    """slurmd runs (and, with ``rpc``, answers its own RPC: ``scontrol show slurmd`` asks the local slurmd)."""
+    bad = _daemon("slurmd", "SlurmdUnresponsive")
+    if bad is not None or not rpc:
+        return bad or Result("slurmd", True, "slurmd runs")
     try:
         r = _run(["scontrol", "show", "slurmd"], timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -128,19 +135,23 @@ def check_slurmd() -> Result:
     return Result("slurmd", True, "slurmd answers")
 
 
-def check_munge() -> Result:
+def check_munge(rpc: bool = True) -> Result:
+    """munged runs (and, with ``rpc``, a credential it makes decodes)."""
+    bad = _daemon("munged", "MungeUnhealthy")
+    if bad is not None or not rpc:
+        return bad or Result("munged", True, "munged runs")
     try:
         cred = _run(["munge", "-n"], timeout=10)
         if cred.returncode == 0:
             back = _run(["unmunge"], timeout=10, input_=cred.stdout)
             if back.returncode == 0:
-                return Result("munge", True, "munge answers")
-            return Result("munge", False, "unmunge failed: " + back.stderr.decode(errors="replace").strip()[-200:],
+                return Result("munged", True, "munge answers")
+            return Result("munged", False, "unmunge failed: " + back.stderr.decode(errors="replace").strip()[-200:],
                           "reboot", "MungeUnhealthy")
-        return Result("munge", False, "munge failed: " + cred.stderr.decode(errors="replace").strip()[-200:],
+        return Result("munged", False, "munge failed: " + cred.stderr.decode(errors="replace").strip()[-200:],
                       "reboot", "MungeUnhealthy")
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Result("munge", False, f"munge does not answer: {exc}", "reboot", "MungeUnhealthy")
+        return Result("munged", False, f"munge does not answer: {exc}", "reboot", "MungeUnhealthy")
 
 
 def check_disk(path: str = "/") -> Result:
@@ -170,9 +181,10 @@ def check_memory(meminfo: str = "/proc/meminfo") -> Result:
     return Result("memory", True, f"{avail // 1024} MiB available")
 
 
-def run_all(compute: bool) -> list[Result]:
-    """Every check that applies to this node (slurmd and GPUs only where slurmd runs)."""
-    results = [check_munge(), check_disk(), check_memory()]
+def run_all(compute: bool, rpc: bool = True) -> list[Result]:
+    """Every check that applies to this node (slurmd and GPUs only where slurmd runs); without ``rpc`` only the
+    cheap ones (no process is started: the agent's every-pass set)."""
+    results = [check_munge(rpc), check_disk(), check_memory()]
     if compute:
-        results += [check_slurmd(), check_gpus()]
+        results += [check_slurmd(rpc), check_gpus()]
     return results

@@ -117,13 +117,16 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	}
 	char **argv = own_argv();
 	if (argv == NULL) {
-		slurm_error("[Auto Resume] Error: cannot read srun's command line: %s", strerror(errno));
-		return -1;
+		slurm_error("[Auto Resume] Error: cannot read srun's command line: %s; this step runs without "
+			    "auto-resume", strerror(errno));
+		return 0;
 	}
 	fflush(NULL);
 	execv(AUTO_RESUME, argv);
-	slurm_error("[Auto Resume] Error: cannot run %s: %s", AUTO_RESUME, strerror(errno));
-	return -1;
+	/* still here: the step runs as a plain srun */
+	slurm_error("[Auto Resume] Error: cannot run %s: %s; this step runs without auto-resume", AUTO_RESUME,
+		    strerror(errno));
+	return 0;
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)

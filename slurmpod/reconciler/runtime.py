@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.lifecycle.images import Image
+from slurmpod.reconciler.health import SlurmRequest
 
 
 class NodeBootError(Exception):
@@ -101,9 +102,9 @@ class ClusterRuntime(Protocol):
         The caller reruns the boot phases that start daemons."""
         ...
 
-    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
-        """Nodes an operator asked, the Slurm way, to be replaced or rebooted once idle
-        (``scontrol update node=X state=fail reason="Action:Replace"``): instance id -> Replace | Reboot."""
+    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, SlurmRequest]:
+        """Nodes asked, the Slurm way, to be replaced or rebooted once idle (``scontrol update node=X state=fail
+        reason="Action:Replace"``, by an operator or a node's health agent): instance id -> the request."""
         ...
 
     def unreachable(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> set[str]:

@@ -11,6 +11,7 @@ from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.lifecycle.images import Image
 from slurmpod.providers.base import InstanceRequest, ProviderError, TemporaryProviderError
 from slurmpod.providers.simulated import SimulatedProvider
+from slurmpod.reconciler.health import SlurmRequest
 from slurmpod.reconciler.runtime import NodeBootError
 from slurmpod.reconciler.topology import topology_key
 
@@ -92,7 +93,7 @@ class SimulatedRuntime:
     def reboot_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
         self.provider.revive(node.instance_id)
 
-    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
+    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, SlurmRequest]:
         hung = self.hang.get(cluster.cluster_id)
         if hung is not None:
             hung.wait(60)

@@ -27,6 +27,7 @@ from slurmpod.providers.base import (
 )
 from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.accounting import AccountingService, ExternalDatabase
+from slurmpod.reconciler.health import SlurmRequest
 from slurmpod.reconciler.plan import controller_slot
 from slurmpod.reconciler.runtime import NodeBootError
 from slurmpod.reconciler.slurm_runtime import gpus, membership, phases, probes, reconfigure
@@ -208,7 +209,7 @@ class SlurmRuntime:
             # served by the node's instance metadata (IMDS) as on EC2
             metadata={"region": cluster.region, "availability-zone": f"{cluster.region}a",
                       "account-id": cluster.account_id},
-            files=tuple(phases.boot_files(self, cluster)),
+            files=tuple(phases.boot_files(self, cluster, group)),
         )
 
     # ---- the ClusterRuntime protocol ----------------------------------------------------------------
@@ -259,7 +260,7 @@ class SlurmRuntime:
     def reboot_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
         membership.reboot_node(self, cluster, node, nodes)
 
-    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
+    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, SlurmRequest]:
         return probes.slurm_requests(self, cluster, nodes)
 
     def unreachable(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> set[str]:
