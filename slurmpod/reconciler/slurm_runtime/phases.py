@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import InstanceGroupSpec, LifeCycleConfig
 from slurmpod.domain.status import NodeType
+from slurmpod.lifecycle import nodeprograms
 from slurmpod.lifecycle.logstreams import lifecycle_stream
 from slurmpod.lifecycle.resource_config import (
     PROVISIONING_PARAMETERS_NAME,
