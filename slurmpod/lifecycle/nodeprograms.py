@@ -18,7 +18,9 @@ PREFIX = "/usr/lib/slurmpod"
 PACKAGE_DIR = f"{PREFIX}/slurmpod_node"
 BIN = f"{PREFIX}/bin"
 #: executable name -> module of slurmpod.node with a ``main() -> int``
-ENTRY_POINTS: dict[str, str] = {}
+ENTRY_POINTS: dict[str, str] = {
+    "slurmpod-deep-health-check": "deep_health",
+}
 #: unit file name -> unit text (enabled on every node that gets the programs)
 UNITS: dict[str, str] = {}
 _WANTS = "/etc/systemd/system/multi-user.target.wants"
