@@ -1,4 +1,4 @@
-"""Scenario 8: job auto-resume after an injected GPU fault, against a plain node replacement, side by side in one
+"""Scenario 9: job auto-resume after an injected GPU fault, against a plain node replacement, side by side in one
 run on one local cluster (a controller and two ``ml.p5.48xlarge`` compute nodes, accounting on).
 
 * ``auto_resume`` run: a 2-node ``srun --auto-resume=1`` job checkpointing every second; ``slurmpod faults inject

@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--retry-delay", type=float, default=2.0, help="first backoff step of launch retries (s)")
     s.add_argument("--update-drain-timeout", type=float, default=3600.0,
                    help="software updates wait this long (s) for a drained node's jobs before replacing it")
+    s.add_argument("--deep-health-check-busy-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="an on-demand deep health check skips a node whose jobs run longer than this (HyperPod: 600)")
+    s.add_argument("--deep-health-check-stress-seconds", type=float, default=5.0, metavar="SECONDS",
+                   help="how long InstanceStress runs stress-ng on each node")
     s.add_argument("--lifecycle-file-root", action="append", metavar="DIR",
                    help="allow file:// lifecycle sources only under DIR (repeatable; default: anywhere outside "
                         "the state dir)")

@@ -368,3 +368,35 @@ def instance_software_update_failed(group: str, instance_id: str, phase: UpdateP
     else:
         text = f"Instance {instance_id} in IG {group} failed to update. Rollback initiated."
     return instance_event(text, group, instance_id, level=EventLevel.ERROR, failure=failure)
+
+
+# ---- deep health checks -------------------------------------------------------------------------------------
+
+
+def dhc_requested(cluster_name: str, group: str, checks: Sequence[str], count: int) -> EventDraft:
+    """StartClusterHealthCheck accepted for ``count`` instances of a group."""
+    return _group_note(f"On-demand deep health checks ({', '.join(checks)}) requested for {count} instance(s) of "
+                       f"IG {group} in Cluster {cluster_name}", group)
+
+
+def dhc_started(group: str, instance_id: str, checks: Sequence[str]) -> EventDraft:
+    return instance_event(f"Deep health checks ({', '.join(checks)}) started on Instance {instance_id} in IG {group}",
+                          group, instance_id)
+
+
+def dhc_passed(group: str, instance_id: str, seconds: float) -> EventDraft:
+    return instance_event(f"Deep health checks passed on Instance {instance_id} in IG {group} "
+                          f"({seconds:.0f} s); it serves its partitions", group, instance_id)
+
+
+def dhc_failed(group: str, instance_id: str, failure: str) -> EventDraft:
+    """HyperPod's failure wording ("Encountered FaultyInstance. Replace the Instance."), the cause as details."""
+    return instance_event(f"Deep health checks failed on Instance {instance_id} in IG {group}: Encountered "
+                          "FaultyInstance. Replace the Instance.", group, instance_id, level=EventLevel.ERROR,
+                          failure=failure)
+
+
+def dhc_skipped(group: str, instance_id: str, jobs: Sequence[str], timeout: float) -> EventDraft:
+    return instance_event(f"Deep health checks skipped on Instance {instance_id} in IG {group}: its running "
+                          f"jobs ({jobs_text(jobs)}) did not complete within {timeout / 60:g} minutes", group,
+                          instance_id, level=EventLevel.WARN)

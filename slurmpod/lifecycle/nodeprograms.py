@@ -23,6 +23,7 @@ ENTRY_POINTS: dict[str, str] = {
     "slurmpod-health": "health_agent",
     "slurmpod-fault": "fault",
     "auto-resume": "auto_resume",  # exec'd by the SPANK plugin for srun --auto-resume=1
+    "slurmpod-deep-health-check": "deep_health",
 }
 HEALTH_CONFIG = "/etc/slurmpod/health.json"  # health_agent.CONFIG_FILE: only compute nodes get it
 HEALTH_UNIT = f"""[Unit]
