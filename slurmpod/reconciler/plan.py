@@ -233,7 +233,7 @@ def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
                 # before the controller is up, a node may still launch and run baseline + OnCreate
                 may_boot = is_ctl or (ctl_ready and topology_ok) or "on_create" not in n.phases
                 if n.data.get("address") and any(o.ip == n.data["address"] and o.instance_id != n.instance_id
-                                                  for o in obs.nodes):
+                                                  and not o.data.get("terminated") for o in obs.nodes):
                     may_boot = False  # its predecessor still holds the address it takes over
                 if may_boot and n.instance_id not in obs.busy and n.next_attempt <= obs.now:
                     actions.append(BootNode(n.instance_id))
