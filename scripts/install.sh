@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Installs everything slurmpod needs on a fresh Debian 12 machine (run as root):
-# Debian's Slurm 22.05 + munge + iproute2 (real clusters), PostgreSQL (store tests), and slurmpod itself
-# in a virtualenv with its test, ssh, demo, bench and dev extras. Idempotent: safe to run again.
+# Installs what running slurmpod needs on a fresh Debian 12 machine (run as root): Debian's Slurm 22.05 + munge +
+# iproute2 (real clusters), and slurmpod itself in a virtualenv with its postgres, ssh and demo extras.
+# `--with-tests` (what scripts/test.sh passes) adds what only the tests use: PostgreSQL (store tests), sshd (ssh
+# provider test hosts), Chromium (console browser tests) and the test, bench (moto) and dev (ruff, mypy,
+# import-linter) extras. Idempotent: safe to run again. Prints a few progress lines; errors stay visible.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+WITH_TESTS=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-tests) WITH_TESTS=1 ;;
+    *) echo "usage: scripts/install.sh [--with-tests]" >&2; exit 2 ;;
+  esac
+done
 
 if [ "$(id -u)" != 0 ]; then
   echo "slurmpod: run this as root (it installs Debian packages and creates network namespaces)" >&2
@@ -14,10 +23,13 @@ PKGS=(slurmctld slurmd slurm-client munge iproute2 util-linux procps iputils-pin
       mmdebstrap  # builds the nodes' root filesystem images (slurmpod images build)
       gcc libc6-dev  # builds slurmpod's SPANK plugin (srun --auto-resume) against each image's Slurm headers
       slurmdbd mariadb-server  # accounting: run inside each cluster's accounting host, never on this host
-      openssh-server  # ssh provider tests: sshd runs only inside test hosts (namespaces), never on this host
-      postgresql python3 python3-venv python3-pip ca-certificates logrotate
-      apt-cacher-ng  # the nodes' package proxy: slurmpod runs its own, bound to the cluster bridges only
-      chromium fonts-dejavu-core)  # chromium: the console's browser tests (Playwright drives /usr/bin/chromium)
+      python3 python3-venv python3-pip ca-certificates logrotate
+      apt-cacher-ng)  # the nodes' package proxy: slurmpod runs its own, bound to the cluster bridges only
+if [ "$WITH_TESTS" = 1 ]; then
+  PKGS+=(openssh-server  # ssh provider tests: sshd runs only inside test hosts (namespaces), never on this host
+         postgresql  # the store tests on a real PostgreSQL (a private server per test session)
+         chromium fonts-dejavu-core)  # the console's browser tests (Playwright drives /usr/bin/chromium)
+fi
 # a host sshd already serving this machine (e.g. your login) is left alone; one our install adds is not started
 host_sshd_preinstalled=no
 dpkg-query -W -f='${Status}' openssh-server 2>/dev/null | grep -q "install ok installed" && host_sshd_preinstalled=yes
@@ -26,10 +38,11 @@ for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-  echo "== installing Debian packages: ${missing[*]}"
+  echo "== installing ${#missing[@]} Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # quiet: no per-package lines and no debconf chatter; real errors still reach stderr
+  apt-get update -qq 2> >(grep -v '^debconf: ' >&2) >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" 2> >(grep -v -e '^debconf: ' -e '^dpkg-preconfigure: ' >&2) >/dev/null
 fi
 # mariadb-server's postinst may start (and enable) a host MariaDB: slurmpod runs MariaDB only inside cluster
 # nodes, so stop and disable any host instance (harmless when none runs, e.g. under a policy-rc.d).
@@ -75,12 +88,16 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "== creating virtualenv $VENV"
   "$PY" -m venv "$VENV"
 fi
-echo "== installing slurmpod into $VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-# every extra the test command needs: test (pytest & co.), ssh (the ssh provider's tests), demo (scripts/demo.sh),
-# bench (moto, for bench/moto_compare.py), dev (ruff, mypy, import-linter).
-# Playwright's Python package only: never its own browser download (the tests use Debian's chromium)
-PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "$VENV/bin/python" -m pip install -q -e ".[test,ssh,demo,bench,dev]"
+# running slurmpod: postgres (--db postgresql+psycopg://...), ssh (the ssh provider), demo (scripts/demo.sh);
+# --with-tests: test (pytest, the pinned AWS CLI, Playwright's Python package only: never its own browser download,
+# the tests use Debian's chromium), bench (moto, for bench/moto_compare.py), dev (ruff, mypy, import-linter)
+EXTRAS="postgres,ssh,demo"
+[ "$WITH_TESTS" = 1 ] && EXTRAS="$EXTRAS,test,bench,dev"
+echo "== installing slurmpod [$EXTRAS] into $VENV"
+PIP=("$VENV/bin/python" -m pip -q --disable-pip-version-check --no-input)
+export PIP_ROOT_USER_ACTION=ignore PIP_NO_WARN_SCRIPT_LOCATION=1
+"${PIP[@]}" install --upgrade pip >/dev/null
+PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "${PIP[@]}" install -e ".[$EXTRAS]" >/dev/null
 ln -sf "$VENV/bin/slurmpod" /usr/local/bin/slurmpod
 # The default node image: a Debian bookworm root filesystem (Slurm, munge, systemd, sudo, ...) + slurmpod's node
 # layer, built once into the host-wide image store (${SLURMPOD_IMAGE_STORE:-/var/lib/slurmpod/images}) and reused

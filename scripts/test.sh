@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Installs everything, then runs the whole test suite (unit, API, store on SQLite + PostgreSQL,
-# real-Slurm integration) and the linters. Run as root on Debian 12.
+# Installs everything (what slurmpod needs, plus what only the tests use: --with-tests), then runs the whole test
+# suite (unit, API, store on SQLite + PostgreSQL, real-Slurm integration) and the linters. Run as root on Debian 12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
+bash scripts/install.sh --with-tests
 VENV="${SLURMPOD_VENV:-/opt/slurmpod/venv}"
 echo "== ruff"
 "$VENV/bin/ruff" check .

@@ -6,6 +6,8 @@ import re
 import secrets
 import uuid
 
+from slurmpod.regions import arn_partition
+
 _ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
 ARN_RE = re.compile(r"^arn:aws[a-z\-]*:sagemaker:([a-z0-9\-]*):([0-9]{12}):cluster/([a-z0-9]{12})$")
 
@@ -16,7 +18,7 @@ def new_cluster_id() -> str:
 
 
 def cluster_arn(region: str, account: str, cluster_id: str) -> str:
-    return f"arn:aws:sagemaker:{region}:{account}:cluster/{cluster_id}"
+    return f"arn:{arn_partition(region)}:sagemaker:{region}:{account}:cluster/{cluster_id}"
 
 
 def parse_cluster_arn(value: str) -> tuple[str, str, str] | None:

@@ -18,8 +18,10 @@ from slurmpod.console import console_routes, credential_sign_in, open_sign_in
 from slurmpod.lifecycle.images import BUILTIN, Image, ImageCatalog
 from slurmpod.reconciler.loop import CAPACITY_KEY, Reconciler
 from slurmpod.reconciler.runtime import ClusterRuntime
+from slurmpod.regions import REGION_SETTING
 from slurmpod.security.credentials import CredentialStore
 from slurmpod.security.secrets import SecretError, SecretStore
+from slurmpod.service.audit import AuditService
 from slurmpod.service.clusters import ClusterService, SnapshotInfo, Snapshotter
 from slurmpod.settings import Settings
 from slurmpod.slurm.accounting import password_problem, username_problem
@@ -217,8 +219,11 @@ def build_server(settings: Settings) -> Server:
         except Exception:
             return False
 
-    ctx = ApiContext(service=service, caller=make_authenticator(settings), extensions=settings.compat != "strict",
-                     ready=ready, scrape=lambda: render_metrics(store.engine))
+    audit = AuditService(store.audit, clock, retention_days=settings.audit_retention_days)
+    audit.maybe_prune()
+    store.put_setting(REGION_SETTING, settings.region)  # the default region of the CLI's tools (`slurmpod connect`)
+    ctx = ApiContext(service=service, caller=make_authenticator(settings), audit=audit,
+                     extensions=settings.compat != "strict", ready=ready, scrape=lambda: render_metrics(store.engine))
     sign_in = (open_sign_in(settings.account_id, settings.region) if settings.auth == "none"
                else credential_sign_in(CredentialStore(settings.state_dir), settings.region))
     return Server(settings, store, runtime, reconciler, service, make_app(ctx, console_routes(ctx, sign_in)))

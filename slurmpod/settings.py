@@ -22,6 +22,7 @@ class Settings:
     region: str = "us-east-1"
     account_id: str = "123456789012"  # the default account of new credentials (and of --auth none)
     auth: str = "sigv4"  # sigv4 | none (loopback only)
+    audit_retention_days: float = 90.0  # the audit trail keeps this long (CloudTrail's event history: 90 days)
     # simulated provider
     simulated_capacity: dict[str, int] = field(default_factory=dict)
     simulated_launch_delay: float = 0.05

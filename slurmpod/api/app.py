@@ -6,7 +6,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -14,22 +14,38 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from slurmpod.api import protocol
+from slurmpod.api import cloudtrail, protocol
+from slurmpod.api.audit import Call, Origin, build_record
+from slurmpod.api.auth import Authenticator
 from slurmpod.api.contract.conform import conform_output
 from slurmpod.api.contract.model import get_model
 from slurmpod.api.contract.validate import raise_for_input
 from slurmpod.api.handlers import HANDLERS
-from slurmpod.errors import InternalFailure, NotImplementedOperation, ServiceError, UnknownOperationException
+from slurmpod.errors import (
+    InternalFailure,
+    InvalidSignatureException,
+    NotImplementedOperation,
+    ServiceError,
+    UnknownOperationException,
+)
 from slurmpod.observability import metrics
+from slurmpod.service.audit import AuditService
 from slurmpod.service.clusters import Caller, ClusterService
 
 log = logging.getLogger("slurmpod.api")
 
 
+class TargetNotConnected(ServiceError):
+    """SSM StartSession's modeled error; slurmpod has no Session Manager."""
+
+    code = "TargetNotConnected"
+
+
 @dataclass
 class ApiContext:
     service: ClusterService
-    caller: Callable[[Request, bytes], Caller]  # authenticates (request, body); raises ServiceError
+    caller: Authenticator  # authenticates (request, body) -> Principal; raises ServiceError
+    audit: AuditService | None = None
     extensions: bool = True
     ready: Callable[[], bool] = lambda: True
     scrape: Callable[[], bytes] = metrics.render  # the /metrics body (the server adds its store gauges)
@@ -46,6 +62,51 @@ def dispatch(ctx: ApiContext, op: str, params: object, caller: Caller) -> dict[s
     raise_for_input(op, params, extensions=ctx.extensions)
     assert isinstance(params, dict)  # guaranteed by raise_for_input  # noqa: S101
     return conform_output(op, handler(ctx.service, caller, params))
+
+
+def start_session(params: object) -> dict[str, object]:
+    target = params.get("Target") if isinstance(params, dict) else None
+    example = "sagemaker-cluster:<cluster-id>_<group>-<instance-id>"
+    named = f" {target}" if isinstance(target, str) and target else f" {example}"
+    raise TargetNotConnected(
+        "slurmpod does not run AWS Systems Manager Session Manager, so `aws ssm start-session` cannot open a session. "
+        f"On the slurmpod server host run the equivalent: slurmpod connect{named} (the same target syntax), or "
+        "slurmpod connect --cluster NAME [--group G] [-- COMMAND].")
+
+
+def dispatch_service(ctx: ApiContext, service: str, op: str, params: object, caller: Caller) -> dict[str, object]:
+    """One call of any service this endpoint answers (SageMaker, CloudTrail's LookupEvents, SSM StartSession)."""
+    if service == "cloudtrail":
+        return cloudtrail.dispatch(ctx.audit, op, params, caller)
+    if service == "ssm":
+        if op == "StartSession":
+            return start_session(params)
+        raise UnknownOperationException(f"slurmpod answers AmazonSSM.StartSession only, not AmazonSSM.{op}.")
+    return dispatch(ctx, op, params, caller)
+
+
+def record(ctx: ApiContext, call: Call) -> None:
+    """Appends ``call`` to the audit trail (never raises)."""
+    if ctx.audit is not None:
+        ctx.audit.record(build_record(call, ctx.service.clock.now()))
+
+
+def dispatch_recorded(ctx: ApiContext, op: str, params: dict[str, object], caller: Caller,
+                      origin: Origin) -> dict[str, object]:
+    """``dispatch`` plus its audit record: what the console's actions go through."""
+    request_id = str(uuid.uuid4())
+    call = Call("sagemaker", op, caller.account_id, caller.region, caller.access_key_id, origin, request_id, params)
+    try:
+        result = dispatch(ctx, op, params, caller)
+    except ServiceError as err:
+        record(ctx, replace(call, error_code=err.code, error_message=err.message))
+        raise
+    record(ctx, replace(call, result=result))
+    return result
+
+
+def origin_of(request: Request, *, console: bool = False) -> Origin:
+    return Origin(request.client.host if request.client else "", request.headers.get("user-agent", ""), console)
 
 
 async def read_body(request: Request, limit: int = protocol.MAX_BODY_BYTES) -> bytes:
@@ -68,23 +129,44 @@ def make_app(ctx: ApiContext, extra_routes: Sequence[BaseRoute] = ()) -> Starlet
     async def root(request: Request) -> Response:
         request_id = str(uuid.uuid4())
         started = time.monotonic()
-        op = "-"
+        service, op = "sagemaker", "-"
+        call: Call | None = None
+        result: dict[str, object] | None = None
         try:
             raw = await read_body(request)
-            caller = ctx.caller(request, raw)  # authentication comes first, as on AWS
-            op = protocol.parse_target(request.headers.get("x-amz-target"))
+            target = request.headers.get("x-amz-target")
+            service, op = protocol.guess_target(target)
+            try:
+                principal = ctx.caller(request, raw)  # authentication comes first, as on AWS
+            except ServiceError:
+                akid, account, region = ctx.caller.claimed(request)
+                call = Call(service, op, account, region, akid, origin_of(request), request_id)
+                raise
+            caller: Caller = principal.caller
+            call = Call(service, op, caller.account_id, caller.region, caller.access_key_id, origin_of(request),
+                        request_id)
+            service, op = protocol.parse_service_target(target)
+            if principal.service is not None and principal.service != service:
+                raise InvalidSignatureException(f"Credential should be scoped to correct service: '{service}'. ")
             protocol.check_content_type(request.headers.get("content-type"))
             params = protocol.decode_body(raw)
-            result = await run_in_threadpool(dispatch, ctx, op, params, caller)
+            call = replace(call, params=params)
+            result = await run_in_threadpool(dispatch_service, ctx, service, op, params, caller)
             status, body = 200, protocol.encode_result(result)
             code = "OK"
         except ServiceError as err:
             status, body = protocol.encode_error(err)
             code = err.code
+            if call is not None:
+                call = replace(call, error_code=err.code, error_message=err.message)
         except Exception:  # the one catch-all: never a traceback to the client
             log.exception("internal error in %s (request %s)", op, request_id)
             status, body = protocol.encode_error(InternalFailure(f"Internal error; request id {request_id}."))
             code = "InternalFailure"
+            if call is not None:
+                call = replace(call, error_code=code, error_message="Internal error.")
+        if call is not None and call.event_name != "-":
+            await run_in_threadpool(record, ctx, replace(call, result=result) if result is not None else call)
         log.info("%s %s %d %s %.1fms", request_id[:8], op, status, code, (time.monotonic() - started) * 1000)
         metrics.observe_request(op if op in HANDLERS else "other", code, time.monotonic() - started)
         return Response(

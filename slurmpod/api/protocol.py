@@ -27,6 +27,32 @@ def parse_target(target: str | None) -> str:
     return op
 
 
+SSM_PREFIX = "AmazonSSM"
+CLOUDTRAIL_PREFIX = "com.amazonaws.cloudtrail.v20131101.CloudTrail_20131101"
+
+
+def parse_service_target(target: str | None) -> tuple[str, str]:
+    """``SageMaker.CreateCluster`` -> (``sagemaker``, ``CreateCluster``); CloudTrail's
+    ``com.amazonaws.cloudtrail.v20131101.CloudTrail_20131101.LookupEvents`` -> (``cloudtrail``, ``LookupEvents``);
+    ``AmazonSSM.StartSession`` -> (``ssm``, ``StartSession``)."""
+    if target:
+        prefix, _, op = target.rpartition(".")
+        if prefix == CLOUDTRAIL_PREFIX and op:
+            return "cloudtrail", op
+        if prefix == SSM_PREFIX and op:
+            return "ssm", op
+    return "sagemaker", parse_target(target)
+
+
+def guess_target(target: str | None) -> tuple[str, str]:
+    """``parse_service_target`` that never raises (``"-"`` for no operation): names a refused call in the audit
+    trail before the target is checked."""
+    try:
+        return parse_service_target(target)
+    except UnknownOperationException:
+        return "sagemaker", "-"
+
+
 def check_content_type(value: str | None) -> None:
     base = (value or "").split(";", 1)[0].strip().lower()
     if base not in ACCEPTED_CONTENT_TYPES:

@@ -23,6 +23,7 @@ from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
 from botocore.awsrequest import AWSRequest, HTTPHeaders
 from botocore.credentials import Credentials
 
+from slurmpod import regions
 from slurmpod.errors import (
     InvalidSignatureException,
     MissingAuthenticationToken,
@@ -33,6 +34,7 @@ from slurmpod.security.credentials import Credential
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 SERVICE = "sagemaker"
+SERVICES = ("sagemaker", "cloudtrail", "ssm")  # the signing names of the services this endpoint answers
 MAX_SKEW = timedelta(minutes=5)
 SIGNATURE_MISMATCH = (
     "The request signature we calculated does not match the signature you provided. Check your AWS Secret "
@@ -108,8 +110,8 @@ def parse_authorization(value: str) -> AuthorizationHeader:
 class _ReplaySigner(SigV4Auth):
     """botocore's signer, fed exactly the headers the client said it signed (nothing dropped or added)."""
 
-    def __init__(self, credentials: Credentials, region: str, signed: HTTPHeaders) -> None:
-        super().__init__(credentials, SERVICE, region)
+    def __init__(self, credentials: Credentials, service: str, region: str, signed: HTTPHeaders) -> None:
+        super().__init__(credentials, service, region)
         self._signed = signed
 
     def headers_to_sign(self, request: AWSRequest) -> HTTPHeaders:
@@ -125,7 +127,7 @@ def compute_signature(req: SignedRequest, auth: AuthorizationHeader, secret: str
     url = "http://slurmpod" + req.path + (f"?{req.query}" if req.query else "")  # http: payload always hashed
     request = AWSRequest(method=req.method, url=url, data=req.body, headers=dict(signed.items()))
     request.context["timestamp"] = amz_date
-    signer = _ReplaySigner(Credentials(auth.access_key_id, secret), auth.region, signed)
+    signer = _ReplaySigner(Credentials(auth.access_key_id, secret), auth.service, auth.region, signed)
     canonical = signer.canonical_request(request)
     return str(signer.signature(signer.string_to_sign(request, canonical), request))
 
@@ -148,17 +150,39 @@ def _check_time(amz_date: str, now: datetime) -> None:
             f"({now.strftime(fmt)} + 5 min.)")
 
 
-class SigV4Verifier:
-    """Authenticates requests for one region against a credential lookup (``CredentialStore.lookup``)."""
+@dataclass(frozen=True)
+class Verified:
+    """A good signature: the key that made it and the scope it was made for."""
 
-    def __init__(self, region: str, lookup: Callable[[str], Credential | None],
+    credential: Credential
+    region: str
+    service: str
+
+
+def scope_key_id(req: SignedRequest) -> str | None:
+    """The access key id a request claims (for the audit trail of a refused request), or None."""
+    try:
+        value = req.header("authorization")
+        return parse_authorization(value).access_key_id if value else None
+    except ServiceError:
+        return None
+
+
+class SigV4Verifier:
+    """Authenticates requests against a credential lookup (``CredentialStore.lookup``), in every region AWS's naming
+    allows (``slurmpod.regions``); ``services``: the signing names accepted (the first is named in the error)."""
+
+    def __init__(self, lookup: Callable[[str], Credential | None], services: Sequence[str] = (SERVICE,),
                  now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
-        self.region = region
         self.lookup = lookup
+        self.services = tuple(services)
         self.now = now
 
-    def verify(self, req: SignedRequest) -> Credential:
-        """The credential that signed ``req``; raises the AWS error otherwise."""
+    def verify(self, req: SignedRequest) -> Verified:
+        """The credential that signed ``req`` and its scope; raises the AWS error otherwise.
+
+        A regional endpoint host (``api.sagemaker.<region>.amazonaws.com``, e.g. behind a DNS alias) must match the
+        scope's region, as on AWS."""
         value = req.header("authorization")
         if value is None or not value.strip():
             if req.header("x-amz-date") or "X-Amz-Signature=" in req.query:
@@ -181,11 +205,13 @@ class SigV4Verifier:
             raise InvalidSignatureException(
                 f"Date in Credential scope does not match YYYYMMDD from ISO-8601 version of date from HTTP: "
                 f"'{auth.date}' != '{amz_date[:8]}', from '{amz_date}'.")
-        if auth.region != self.region:
+        host_region = regions.region_from_host(req.header("host"))
+        if not regions.is_region(auth.region) or (host_region is not None and host_region != auth.region):
             raise InvalidSignatureException(
                 f"Credential should be scoped to a valid region, not '{auth.region}'. ")
-        if auth.service != SERVICE:
-            raise InvalidSignatureException(f"Credential should be scoped to correct service: '{SERVICE}'. ")
+        if auth.service not in self.services:
+            raise InvalidSignatureException(
+                f"Credential should be scoped to correct service: '{self.services[0]}'. ")
         if auth.terminator != "aws4_request":
             raise InvalidSignatureException(
                 f"Credential should be scoped with a valid terminator: 'aws4_request', not '{auth.terminator}'. ")
@@ -197,4 +223,4 @@ class SigV4Verifier:
         expected = compute_signature(req, auth, cred.secret_access_key, amz_date)
         if not hmac.compare_digest(expected, auth.signature):
             raise InvalidSignatureException(SIGNATURE_MISMATCH)
-        return cred
+        return Verified(cred, auth.region, auth.service)

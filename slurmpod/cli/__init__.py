@@ -16,6 +16,8 @@ from slurmpod.cli.admin import (
     cmd_secrets,
     cmd_webhooks,
 )
+from slurmpod.cli.audit import add_audit_parser
+from slurmpod.cli.common import fill_common, spread_common, version
 from slurmpod.cli.connect import cmd_connect
 from slurmpod.cli.events import add_events_parser
 from slurmpod.cli.faults import add_faults_parser
@@ -43,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurmpod", description="Real Slurm clusters behind a HyperPod-compatible API"
     )
+    parser.add_argument("--version", action="version", version=f"slurmpod {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("server", help="run the API server and the reconciler")
@@ -52,7 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--provider", choices=["local", "simulated"], default="local")
     s.add_argument("--compat", choices=["extended", "strict"], default="extended")
     s.add_argument("--state-dir", default=str(default_state_dir()))
-    s.add_argument("--region", default=os.environ.get("SLURMPOD_REGION", "us-east-1"))
+    s.add_argument("--region", help="default region: of the console and of the CLI tools (default $SLURMPOD_REGION, "
+                                    "else us-east-1); API calls work in the region of their signature")
+    s.add_argument("--audit-retention-days", type=float, default=90.0,
+                   help="keep the audit trail (CloudTrail LookupEvents, `slurmpod audit`) this long (default 90)")
     s.add_argument("--account-id", default=os.environ.get("SLURMPOD_ACCOUNT_ID", "123456789012"))
     s.add_argument("--simulated-capacity", default="", help="TYPE=COUNT[,...] (simulated provider)")
     s.add_argument("--simulated-launch-delay", type=float, default=0.05)
@@ -121,8 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     sec.add_argument("name")
     sec.add_argument("--from-file", required=True, metavar="FILE",
                      help='the value ("-" = stdin); for a database: {"username": "...", "password": "..."}')
-    sec.add_argument("--region", default=os.environ.get("SLURMPOD_REGION", "us-east-1"),
-                     help="region written into the ARN (default us-east-1; use the server's --region)")
+    sec.add_argument("--region", help="region written into the ARN (default $SLURMPOD_REGION, else us-east-1)")
     sesub.add_parser("list", parents=[swhere], help="ARNs and names (no values)")
     sed = sesub.add_parser("delete", parents=[swhere], help="delete a secret (name or ARN)")
     sed.add_argument("name")
@@ -157,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("cluster", help="cluster name or ARN")
     m.add_argument("--state-dir", default=str(default_state_dir()))
     m.add_argument("--db", default=None)
-    m.add_argument("--region", default=os.environ.get("SLURMPOD_REGION", "us-east-1"))
+    m.add_argument("--region", help="the cluster's region (default $SLURMPOD_REGION, else the server's --region)")
     m.add_argument("--account-id", default=os.environ.get("SLURMPOD_ACCOUNT_ID", "123456789012"))
     m.set_defaults(func=cmd_migrate)
 
@@ -185,16 +190,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_images_parser(sub)
     add_logs_parser(sub)
+    add_audit_parser(sub)
+    spread_common(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     trailing: list[str] = []
-    if argv and argv[0] == "connect" and "--" in argv:
-        cut = argv.index("--")
+    if "connect" in argv and "--" in argv[argv.index("connect"):]:
+        cut = argv.index("--", argv.index("connect"))
         argv, trailing = argv[:cut], argv[cut + 1 :]
-    args = build_parser().parse_args(argv)
+    args = fill_common(build_parser().parse_args(argv))
     if trailing:
         args.command_argv = trailing
     try:

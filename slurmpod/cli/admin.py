@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from slurmpod.cli.options import die, parse_capacity
+from slurmpod.cli.options import default_region, die, one_cluster, parse_capacity
+from slurmpod.regions import is_region
 from slurmpod.settings import Settings
 
 
@@ -42,7 +44,10 @@ def cmd_secrets(args: argparse.Namespace) -> int:
                 value = sys.stdin.read() if args.from_file == "-" else Path(args.from_file).read_text()
             except (OSError, UnicodeDecodeError) as exc:
                 return die(f"cannot read {args.from_file}: {exc}")
-            secret = store.create(args.name, value.strip(), args.account, args.region)
+            region = args.region or os.environ.get("SLURMPOD_REGION") or "us-east-1"
+            if not is_region(region):
+                return die(f"--region {region!r} is not an AWS region name (e.g. us-east-1)")
+            secret = store.create(args.name, value.strip(), args.account, region)
             print(json.dumps({"ARN": secret.arn, "Name": secret.name}, indent=4))
         elif args.secrets_command == "delete":
             gone = store.delete(args.name, args.account)
@@ -114,7 +119,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     store = SqlStore(settings.database_url)
     try:
         svc = ClusterService(store, SystemClock(), provider_name="-")
-        rec = svc.migrate(Caller(args.account_id, args.region), args.cluster)
+        rec = svc.migrate(Caller(args.account_id, args.region or default_region(store)), args.cluster)
     except ServiceError as exc:
         return die(exc.message)
     finally:
@@ -130,10 +135,10 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
 
     store = SqlStore(Settings(state_dir=Path(args.state_dir), db_url=args.db).database_url)
     try:
-        recs = [c for c in store.list_clusters() if args.cluster in (c.name, c.arn, c.cluster_id)]
-        if not recs:
-            return die(f"no cluster {args.cluster}")
-        cid = recs[0].cluster_id
+        try:
+            cid = one_cluster(store, args.cluster, args.region).cluster_id
+        except LookupError as exc:
+            return die(str(exc))
         table = {k: list(v) for k, v in (store.get_setting(SETTING_KEY) or {}).items()}
         urls = table.setdefault(cid, [])
         if args.webhooks_command == "add":

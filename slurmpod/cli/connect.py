@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from slurmpod.cli.options import die
+from slurmpod.cli.options import die, one_cluster
 from slurmpod.domain.model import NodeRecord
 from slurmpod.domain.status import InstanceStatus
 from slurmpod.settings import Settings
-from slurmpod.store.protocol import ClusterRepo, NodeRepo
+from slurmpod.store.protocol import ClusterRepo, NodeRepo, SettingsRepo
 
 TARGET_RE = re.compile(r"^sagemaker-cluster:([a-z0-9]{12})_(.+)-(i-[0-9a-f]{8,17})$")
 
@@ -33,11 +33,12 @@ def parse_target(target: str) -> tuple[str, str, str]:
     return m.group(1), m.group(2), m.group(3)
 
 
-class NodeLookup(ClusterRepo, NodeRepo, Protocol):
+class NodeLookup(ClusterRepo, NodeRepo, SettingsRepo, Protocol):
     """The part of the store ``resolve`` reads."""
 
 
-def resolve(store: NodeLookup, target: str | None, cluster: str | None, group: str | None) -> NodeRecord:
+def resolve(store: NodeLookup, target: str | None, cluster: str | None, group: str | None,
+            region: str | None = None) -> NodeRecord:
     if target:
         cluster_id, grp, iid = parse_target(target)
         node = store.get_node(iid)
@@ -46,9 +47,10 @@ def resolve(store: NodeLookup, target: str | None, cluster: str | None, group: s
         return node
     if not cluster:
         raise ConnectError("give a TARGET or --cluster NAME [--group G]")
-    recs = [c for c in store.list_clusters() if cluster in (c.name, c.arn, c.cluster_id)]
-    if not recs:
-        raise ConnectError(f"no cluster {cluster}")
+    try:
+        recs = [one_cluster(store, cluster, region)]
+    except LookupError as exc:
+        raise ConnectError(str(exc)) from exc
     nodes = [n for n in store.list_nodes(recs[0].cluster_id)
              if n.status == InstanceStatus.RUNNING and (group is None or n.group == group)]
     if group is None:
@@ -60,13 +62,13 @@ def resolve(store: NodeLookup, target: str | None, cluster: str | None, group: s
 
 
 def connect(state_dir: Path, db_url: str, target: str | None, cluster: str | None, group: str | None,
-            command: Sequence[str]) -> int:
+            command: Sequence[str], region: str | None = None) -> int:
     from slurmpod.providers.ssh.routing import build_node_provider
     from slurmpod.store.sql import SqlStore
 
     store = SqlStore(db_url)
     try:
-        node = resolve(store, target, cluster, group)
+        node = resolve(store, target, cluster, group, region)
     finally:
         store.close()
     runner = build_node_provider(state_dir).runner(node.cluster_id, node.instance_id)
@@ -82,6 +84,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
     settings = Settings(state_dir=Path(args.state_dir), db_url=args.db)
     command = list(args.command_argv or [])
     try:
-        return connect(settings.state_dir, settings.database_url, args.target, args.cluster, args.group, command)
+        return connect(settings.state_dir, settings.database_url, args.target, args.cluster, args.group, command,
+                       args.region)
     except ConnectError as exc:
         return die(str(exc))

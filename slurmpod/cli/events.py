@@ -78,8 +78,9 @@ def format_event(e: Mapping[str, Any]) -> str:
 # ---- API access -------------------------------------------------------------------------------------
 
 
-def make_client(endpoint_url: str) -> Any:
-    """A SageMaker client for ``endpoint_url`` (placeholder credentials when none are configured)."""
+def make_client(endpoint_url: str, region: str | None = None) -> Any:
+    """A SageMaker client for ``endpoint_url`` in ``region`` (else the AWS configuration's, else
+    ``$SLURMPOD_REGION``, else us-east-1; placeholder credentials when none are configured)."""
     import boto3
     from botocore.config import Config
 
@@ -90,7 +91,7 @@ def make_client(endpoint_url: str) -> Any:
     return session.client(
         "sagemaker",
         endpoint_url=endpoint_url,
-        region_name=session.region_name or "us-east-1",
+        region_name=region or session.region_name or os.environ.get("SLURMPOD_REGION") or "us-east-1",
         config=Config(retries={"max_attempts": 1}, connect_timeout=5, read_timeout=30),
         **kwargs,
     )
@@ -213,7 +214,7 @@ def run_events(args: argparse.Namespace) -> int:
     """Entry point of ``slurmpod events``; returns the exit status."""
     try:
         try:
-            client = make_client(args.endpoint_url)
+            client = make_client(args.endpoint_url, getattr(args, "region", None))
         except ValueError as exc:
             raise EventsError(f"bad --endpoint-url {args.endpoint_url!r}: {exc}") from None
         show_events(client, args.cluster, out=sys.stdout, group=args.group, node=args.node, limit=args.limit,

@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from slurmpod.cli.options import die
+from slurmpod.cli.options import die, one_cluster
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.status import InstanceStatus
-from slurmpod.settings import Settings, default_state_dir
+from slurmpod.settings import Settings
 
 EPILOG = """examples:
   slurmpod faults inject my-cluster --node ip-10-231-0-12 gpu-xid      # a GPU falls off the bus
@@ -34,36 +34,30 @@ kinds: gpu-xid, gpu-lost (-> Action:Replace), slurmd-hang (-> Action:Reboot), no
 
 
 def add_faults_parser(sub: Any) -> argparse.ArgumentParser:
-    where = argparse.ArgumentParser(add_help=False)
-    where.add_argument("--state-dir", default=str(default_state_dir()))
-    where.add_argument("--db", default=None, help="database URL (default: SQLite under --state-dir)")
+    """``--state-dir``/``--db``/``--region`` come from ``cli.common`` (accepted anywhere on the line)."""
     p: argparse.ArgumentParser = sub.add_parser(
         "faults", help="inject rehearsal faults into nodes (GPU Xid, hung slurmd, crash, partition)",
-        description=__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=(__doc__ or "").split("\n\n")[0], epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     fs = p.add_subparsers(dest="faults_command", required=True)
-    i = fs.add_parser("inject", parents=[where], help="inject a fault into one node", epilog=EPILOG,
+    i = fs.add_parser("inject", help="inject a fault into one node", epilog=EPILOG,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     i.add_argument("cluster", help="cluster name, ARN or id")
     i.add_argument("--node", required=True, help="instance id or hostname (Slurm node name)")
     i.add_argument("kind", help="gpu-xid | gpu-lost | slurmd-hang | node-crash | network-partition")
     i.add_argument("--gpu", type=int, default=0, help="GPU index (gpu-xid, gpu-lost; default 0)")
     i.add_argument("--duration", type=float, default=None, help="clear it by itself after S seconds")
-    lst = fs.add_parser("list", parents=[where], help="faults active in a cluster's nodes")
+    lst = fs.add_parser("list", help="faults active in a cluster's nodes", epilog=EPILOG,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     lst.add_argument("cluster")
     lst.add_argument("--json", action="store_true")
-    c = fs.add_parser("clear", parents=[where], help="clear faults (all of a node's, or the kinds named)")
+    c = fs.add_parser("clear", help="clear faults (all of a node's, or the kinds named)", epilog=EPILOG,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("cluster")
     c.add_argument("--node", default=None, help="one node (default: every node of the cluster)")
     c.add_argument("kinds", nargs="*", metavar="KIND")
     p.set_defaults(func=run_faults)
     return p
-
-
-def _cluster(store: Any, name: str) -> ClusterRecord:
-    found = [c for c in store.list_clusters() if name in (c.name, c.arn, c.cluster_id)]
-    if not found:
-        raise LookupError(f"no cluster {name}")
-    return found[0]  # type: ignore[no-any-return]
 
 
 def _node(nodes: list[NodeRecord], ref: str, cluster: ClusterRecord) -> NodeRecord:
@@ -84,7 +78,7 @@ def run_faults(args: argparse.Namespace) -> int:
     settings = Settings(state_dir=Path(args.state_dir), db_url=args.db)
     store = SqlStore(settings.database_url)
     try:
-        cluster = _cluster(store, args.cluster)
+        cluster = one_cluster(store, args.cluster, getattr(args, "region", None))
         nodes = list(store.list_nodes(cluster.cluster_id))
         provider = build_node_provider(Path(args.state_dir))
         if args.faults_command == "inject":

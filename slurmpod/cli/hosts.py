@@ -45,7 +45,7 @@ def add_hosts_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run_hosts(args: argparse.Namespace) -> int:
-    pool = HostPool(args.state_dir or default_state_dir())
+    pool = HostPool(Path(args.state_dir) if args.state_dir else default_state_dir())
     try:
         if args.hosts_command == "add":
             return _add(pool, args)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from slurmpod.cli.options import die
+from slurmpod.cli.options import die, find_clusters
 from slurmpod.lifecycle.logstreams import LogStreams
 from slurmpod.settings import Settings, default_state_dir
 
@@ -33,14 +33,14 @@ def add_logs_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _cluster_ids(settings: Settings, logs: LogStreams, wanted: str) -> list[str]:
+def _cluster_ids(settings: Settings, logs: LogStreams, wanted: str, region: str | None = None) -> list[str]:
     from slurmpod.store.sql import SqlStore
 
     ids = []
     if Path(settings.state_dir).is_dir():
         store = SqlStore(settings.database_url)
         try:
-            ids = [c.cluster_id for c in store.list_clusters() if wanted in (c.name, c.arn, c.cluster_id)]
+            ids = [c.cluster_id for c in find_clusters(store, wanted, region)]
         finally:
             store.close()
     return ids or logs.find(wanted)
@@ -49,7 +49,7 @@ def _cluster_ids(settings: Settings, logs: LogStreams, wanted: str) -> list[str]
 def cmd_logs(args: argparse.Namespace) -> int:
     settings = Settings(state_dir=Path(args.state_dir), db_url=args.db)
     logs = LogStreams(settings.state_dir)
-    ids = _cluster_ids(settings, logs, args.cluster)
+    ids = _cluster_ids(settings, logs, args.cluster, args.region)
     if not ids:
         return die(f"no cluster {args.cluster} (and no logs kept for it) in {settings.state_dir}")
     if len(ids) > 1:

@@ -34,6 +34,7 @@ def listen_refusal(host: str, *, tls: bool, insecure_no_tls: bool, auth: str) ->
 
 
 def cmd_server(args: argparse.Namespace) -> int:
+    import os
     import socket
 
     import uvicorn
@@ -41,6 +42,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     from slurmpod.providers.base import SetupError
     from slurmpod.server import build_server
 
+    args.region = args.region or os.environ.get("SLURMPOD_REGION") or "us-east-1"
     settings = Settings(
         state_dir=Path(args.state_dir),
         db_url=args.db,
@@ -49,6 +51,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         provider=args.provider,
         compat=args.compat,
         region=args.region,
+        audit_retention_days=args.audit_retention_days,
         account_id=args.account_id,
         auth=args.auth,
         simulated_capacity=parse_capacity(args.simulated_capacity),
@@ -68,6 +71,12 @@ def cmd_server(args: argparse.Namespace) -> int:
         dhc_stress_seconds=args.deep_health_check_stress_seconds,
         capacity=parse_capacity(args.capacity),
     )
+    from slurmpod.regions import is_region
+
+    if not is_region(args.region):
+        return die(f"--region {args.region!r} is not an AWS region name (e.g. us-east-1, ap-northeast-1)")
+    if args.audit_retention_days <= 0:
+        return die("--audit-retention-days must be a positive number of days")
     if bool(args.tls_cert) != bool(args.tls_key):
         return die("--tls-cert and --tls-key go together")
     refusal = listen_refusal(args.host, tls=bool(args.tls_cert), insecure_no_tls=args.insecure_no_tls, auth=args.auth)

@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurmpod.api.app import ApiContext, dispatch
+from slurmpod.api.app import ApiContext, dispatch_recorded
+from slurmpod.api.audit import Origin
 from slurmpod.api.model import raise_for_input
 from slurmpod.api.translate import deployment_to_wire, scheduled_update_to_wire
 from slurmpod.domain.schedule import ScheduleError, parse_schedule
@@ -122,7 +123,11 @@ def _check_expression(ctx: ApiContext, form: UpdateForm) -> str | None:
     return None
 
 
-def update_software(ctx: ApiContext, caller: Caller, cluster: str, form: UpdateForm) -> Outcome:
+CONSOLE = Origin("", "slurmpod-console", console=True)
+
+
+def update_software(ctx: ApiContext, caller: Caller, cluster: str, form: UpdateForm,
+                    origin: Origin = CONSOLE) -> Outcome:
     out = Outcome()
     if form.timing not in TIMINGS:
         out.errors["timing"] = "Choose when the update starts: now, once at a date and time, or on a cron schedule."
@@ -140,19 +145,21 @@ def update_software(ctx: ApiContext, caller: Caller, cluster: str, form: UpdateF
         return out
     try:
         if form.timing == "now":
-            dispatch(ctx, "UpdateClusterSoftware", {
-                "ClusterName": cluster, "InstanceGroups": [{"InstanceGroupName": g} for g in form.groups]}, caller)
+            dispatch_recorded(ctx, "UpdateClusterSoftware", {
+                "ClusterName": cluster, "InstanceGroups": [{"InstanceGroupName": g} for g in form.groups]}, caller,
+                origin)
             out.message = f"Software update started for {', '.join(form.groups)}."
         else:
             expr = form.expression()
-            _schedule(ctx, caller, cluster, form.groups, expr)
+            _schedule(ctx, caller, cluster, form.groups, expr, origin)
             out.message = f"Software update of {', '.join(form.groups)} scheduled: {expr}."
     except ServiceError as err:
         out.errors[_field_of(err.message, form.timing)] = err.message
     return out
 
 
-def _schedule(ctx: ApiContext, caller: Caller, cluster: str, groups: Sequence[str], expr: str) -> None:
+def _schedule(ctx: ApiContext, caller: Caller, cluster: str, groups: Sequence[str], expr: str,
+              origin: Origin) -> None:
     rec = ctx.service.resolve(caller, cluster)
     with_slurm = rec.spec.topology_source == "api"
     wire = []
@@ -168,15 +175,16 @@ def _schedule(ctx: ApiContext, caller: Caller, cluster: str, groups: Sequence[st
     unknown = [g for g in groups if rec.spec.group(g) is None]
     if unknown:
         raise ValidationException(f"Instance group(s) {', '.join(unknown)} not found in cluster {rec.name}.")
-    dispatch(ctx, "UpdateCluster", {"ClusterName": rec.arn, "InstanceGroups": wire}, caller)
+    dispatch_recorded(ctx, "UpdateCluster", {"ClusterName": rec.arn, "InstanceGroups": wire}, caller, origin)
 
 
-def node_action(ctx: ApiContext, caller: Caller, cluster: str, node_id: str, action: str) -> Outcome:
+def node_action(ctx: ApiContext, caller: Caller, cluster: str, node_id: str, action: str,
+                origin: Origin = CONSOLE) -> Outcome:
     """Reboot or replace one node (BatchRebootClusterNodes / BatchReplaceClusterNodes)."""
     op = {"reboot": "BatchRebootClusterNodes", "replace": "BatchReplaceClusterNodes"}[action]
     out = Outcome()
     try:
-        result = dispatch(ctx, op, {"ClusterName": cluster, "NodeIds": [node_id]}, caller)
+        result = dispatch_recorded(ctx, op, {"ClusterName": cluster, "NodeIds": [node_id]}, caller, origin)
     except ServiceError as err:
         out.errors["form"] = err.message
         return out

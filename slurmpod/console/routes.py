@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import secrets
 import urllib.parse
+import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,13 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from slurmpod.api.app import ApiContext, read_body
+from slurmpod import regions
+from slurmpod.api.app import ApiContext, origin_of, read_body, record
+from slurmpod.api.audit import Call
 from slurmpod.console import forms, views
 from slurmpod.console.sessions import COOKIE, PRE_COOKIE, Session, SessionStore, SignIn, same_token
 from slurmpod.errors import ResourceNotFound, ServiceError
+from slurmpod.service.clusters import Caller
 
 PREFIX = "/console"
 HERE = Path(__file__).parent
@@ -46,6 +51,7 @@ def _env() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.globals["prefix"] = PREFIX
     env.globals["image_phrase"] = views.image_phrase
+    env.globals["regions"] = regions.known_regions()
     env.filters["q"] = lambda v: urllib.parse.quote(str(v), safe="")
     env.filters["slug"] = lambda v: "".join(c if c.isalnum() else "-" for c in str(v).lower())
     return env
@@ -142,6 +148,7 @@ class Console:
         akid = (fields.get("access_key_id") or [""])[0].strip()
         secret = (fields.get("secret_access_key") or [""])[0]
         caller = await run_in_threadpool(self.sign_in.verify, akid, secret) if akid and secret else None
+        await run_in_threadpool(self._record_login, request, akid, caller)
         if caller is None:
             return self._signin_page(request, 401, "The access key ID or secret access key is not valid.", akid)
         s = self.sessions.create(akid, caller)
@@ -150,6 +157,32 @@ class Console:
                         secure=self._secure(request))
         resp.delete_cookie(PRE_COOKIE, path=PREFIX, httponly=True, samesite="strict")
         return resp
+
+    def _record_login(self, request: Request, akid: str, caller: Caller | None) -> None:
+        """CloudTrail's ConsoleLogin event (source signin.amazonaws.com), failed sign-ins included."""
+        account = caller.account_id if caller else self.sign_in.account_of(akid)
+        region = caller.region if caller else ""
+        call = Call("signin", "ConsoleLogin", account, region, akid[:128] or None,
+                    origin_of(request, console=True), str(uuid.uuid4()),
+                    result={"ConsoleLogin": "Success" if caller else "Failure"})
+        if caller is None:
+            call = replace(call, error_code="Failed authentication",
+                           error_message="The access key ID or secret access key is not valid.")
+        record(self.ctx, call)
+
+    async def set_region(self, request: Request) -> Response:
+        """The region the console works in (its clusters, its calls); the server's --region at sign-in."""
+        checked = await self.checked_post(request)
+        if isinstance(checked, Response):
+            return checked
+        s, fields = checked
+        wanted = (fields.get("region") or [""])[0].strip()
+        if regions.is_region(wanted):
+            s.caller = replace(s.caller, region=wanted)
+            s.flash.append(("success", f"Region {wanted}."))
+        else:
+            s.flash.append(("error", f"'{wanted[:64]}' is not an AWS region name (e.g. us-east-1)."))
+        return RedirectResponse(f"{PREFIX}/clusters", status_code=303)
 
     async def signout(self, request: Request) -> Response:
         checked = await self.checked_post(request)
@@ -215,7 +248,8 @@ class Console:
         s, fields = checked
         name = request.path_params["name"]
         form = forms.UpdateForm.parse(fields)
-        outcome = await run_in_threadpool(forms.update_software, self.ctx, s.caller, name, form)
+        outcome = await run_in_threadpool(forms.update_software, self.ctx, s.caller, name, form,
+                                          origin_of(request, console=True))
         if not outcome.ok:
             return await self.cluster(request, form, outcome)
         s.flash.append(("success", outcome.message))
@@ -254,7 +288,8 @@ class Console:
         if params is None:
             return self.render("error.html", 404, title="Not found", message="Unknown node action.", session=s)
         name, node, action = params
-        outcome = await run_in_threadpool(forms.node_action, self.ctx, s.caller, name, node, action)
+        outcome = await run_in_threadpool(forms.node_action, self.ctx, s.caller, name, node, action,
+                                          origin_of(request, console=True))
         s.flash.append(("success", outcome.message) if outcome.ok else ("error", outcome.errors["form"]))
         return RedirectResponse(f"{PREFIX}/clusters/{urllib.parse.quote(name, safe='')}", status_code=303)
 
@@ -267,6 +302,7 @@ class Console:
             Route(f"{PREFIX}/signin", self.signin_form, methods=["GET"]),
             Route(f"{PREFIX}/signin", self.signin, methods=["POST"]),
             Route(f"{PREFIX}/signout", self.signout, methods=["POST"]),
+            Route(f"{PREFIX}/region", self.set_region, methods=["POST"]),
             Route(f"{PREFIX}/clusters", self.clusters, methods=["GET"]),
             Route(f"{PREFIX}/clusters/{{name}}", self.cluster, methods=["GET"]),
             Route(f"{PREFIX}/clusters/{{name}}/live", self.live, methods=["GET"]),

@@ -36,9 +36,11 @@ class Session:
 class SignIn:
     """Checks an access key id + secret; ``still_valid`` is asked on every request of a session."""
 
-    def __init__(self, verify: Callable[[str, str], Caller | None], still_valid: Callable[[str], bool]) -> None:
+    def __init__(self, verify: Callable[[str, str], Caller | None], still_valid: Callable[[str], bool],
+                 account_of: Callable[[str], str | None] = lambda _akid: None) -> None:
         self.verify = verify
         self.still_valid = still_valid
+        self.account_of = account_of  # the account of an access key id (a failed sign-in's audit record)
 
 
 def credential_sign_in(store: CredentialStore, region: str) -> SignIn:
@@ -52,15 +54,19 @@ def credential_sign_in(store: CredentialStore, region: str) -> SignIn:
             return None
         if not hmac.compare_digest(given, cred.secret_access_key.encode()):
             return None
-        return Caller(account_id=cred.account_id, region=region)
+        return Caller(account_id=cred.account_id, region=region, access_key_id=cred.access_key_id)
 
-    return SignIn(verify, lambda akid: store.lookup(akid) is not None)
+    def account_of(akid: str) -> str | None:
+        cred = store.lookup(akid.strip()) if akid.strip() else None
+        return cred.account_id if cred else None
+
+    return SignIn(verify, lambda akid: store.lookup(akid) is not None, account_of)
 
 
 def open_sign_in(account_id: str, region: str) -> SignIn:
     """``--auth none`` (loopback experiments): any key signs in as ``account_id``, like the API."""
-    caller = Caller(account_id=account_id, region=region)
-    return SignIn(lambda _akid, _secret: caller, lambda _akid: True)
+    return SignIn(lambda akid, _secret: Caller(account_id=account_id, region=region, access_key_id=akid.strip()),
+                  lambda _akid: True, lambda _akid: account_id)
 
 
 class SessionStore:

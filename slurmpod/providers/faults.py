@@ -34,12 +34,18 @@ class FaultError(Exception):
 
 def _local_of(provider: Provider, cluster_id: str, instance_id: str) -> LocalProvider | None:
     """The local provider that runs the instance, or None when an ssh host does (FaultError when neither)."""
+    local: LocalProvider | None = None
     if isinstance(provider, PooledProvider):
         if provider.ssh.owns(cluster_id, instance_id):
             return None
-        return provider.local
-    if isinstance(provider, LocalProvider):
-        return provider
+        local = provider.local
+    elif isinstance(provider, LocalProvider):
+        local = provider
+    if local is not None:
+        if not (local.layout.instance(cluster_id, instance_id) / "meta.json").exists():
+            raise FaultError(f"{instance_id} is not a node this machine runs (a simulated instance, or another state "
+                             "dir's): faults are injected into local nodes and allowed ssh hosts")
+        return local
     raise FaultError(f"instances of the {getattr(provider, 'name', type(provider).__name__)} provider have nothing "
                      "to break: faults are injected into local nodes and allowed ssh hosts")
 

@@ -53,10 +53,12 @@ Snapshotter = Callable[[str, str | None], SnapshotInfo]
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: the account owns the clusters it creates."""
+    """Who is calling: the account owns the clusters it creates, in the region of the call (a cluster is seen
+    only in its own region). ``access_key_id``: the key that signed the call ("" when not known)."""
 
     account_id: str
     region: str
+    access_key_id: str = ""
 
 
 class ClusterService:
@@ -90,16 +92,17 @@ class ClusterService:
         if parsed:
             region, account, cluster_id = parsed
             rec = self.store.get_cluster(cluster_id)
-            if rec and (rec.account_id != caller.account_id or rec.region != region or account != rec.account_id):
+            if rec and (rec.account_id != caller.account_id or account != rec.account_id
+                        or rec.region != region or rec.region != caller.region):
                 rec = None
         else:
-            rec = self.store.find_cluster(caller.account_id, name_or_arn)
+            rec = self.store.find_cluster(caller.account_id, caller.region, name_or_arn)
         if rec is None:
             raise ResourceNotFound(f"Cluster {name_or_arn} not found.")
         return rec
 
     def list_clusters(self, caller: Caller) -> list[ClusterRecord]:
-        return self.store.list_clusters(caller.account_id)
+        return self.store.list_clusters(caller.account_id, caller.region)
 
     def nodes(self, cluster: ClusterRecord) -> list[NodeRecord]:
         return [n for n in self.store.list_nodes(cluster.cluster_id) if n.status != InstanceStatus.NOT_FOUND]
@@ -175,7 +178,7 @@ class ClusterService:
         findings += self._image_findings(spec.instance_groups)
         if findings:
             raise ValidationException(validation_message(findings))
-        if self.store.find_cluster(caller.account_id, spec.name):
+        if self.store.find_cluster(caller.account_id, caller.region, spec.name):
             raise ResourceInUse(f"Cluster {spec.name} already exists.")
         infos = self._snapshots(spec)
         spec = self._legacy_topology(spec, infos)

@@ -27,15 +27,18 @@ __all__ = ["ClusterRepo", "EventRepo", "NodeRepo", "SettingsRepo", "Store"]
 
 class ClusterRepo(Protocol):
     def create_cluster(self, rec: ClusterRecord, initial_events: Sequence[EventRecord] = ()) -> None:
-        """Inserts a new cluster with its first events; ``ResourceInUse`` when the account has that name."""
+        """Inserts a new cluster with its first events; ``ResourceInUse`` when the account has that name in the
+        cluster's region."""
         ...
 
     def get_cluster(self, cluster_id: str) -> ClusterRecord | None: ...
 
-    def find_cluster(self, account_id: str, name: str) -> ClusterRecord | None: ...
+    def find_cluster(self, account_id: str, region: str, name: str) -> ClusterRecord | None:
+        """Names are unique per account and region."""
+        ...
 
-    def list_clusters(self, account_id: str | None = None) -> list[ClusterRecord]:
-        """By creation time; every account's when ``account_id`` is None."""
+    def list_clusters(self, account_id: str | None = None, region: str | None = None) -> list[ClusterRecord]:
+        """By creation time; every account's (region's) when ``account_id`` (``region``) is None."""
         ...
 
     def cluster_ids(self) -> list[str]: ...

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
 from slurmpod.domain.status import InstanceStatus
 from slurmpod.errors import ResourceInUse, VersionConflict
+from slurmpod.store.audit import AuditLog
 from slurmpod.store.engine import make_engine, migrate
 from slurmpod.store.rows import (
     cluster_from_row,
@@ -83,6 +84,7 @@ class SqlStore:
             threading.Lock() if self.engine.dialect.name == "sqlite" else nullcontext())
         if run_migrations:
             migrate(self.engine)
+        self.audit = AuditLog(self.engine, self._begin)  # the audit trail (CloudTrail's event history)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -123,17 +125,21 @@ class SqlStore:
         self._parsed_clusters[cluster_id] = (raw, rec)
         return rec
 
-    def find_cluster(self, account_id: str, name: str) -> ClusterRecord | None:
+    def find_cluster(self, account_id: str, region: str, name: str) -> ClusterRecord | None:
+        """The account's cluster called ``name`` in ``region`` (names are unique per account and region)."""
+        c = clusters.c
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(clusters).where(and_(clusters.c.account_id == account_id, clusters.c.name == name))
+                select(clusters).where(and_(c.account_id == account_id, c.region == region, c.name == name))
             ).first()
         return cluster_from_row(row) if row else None
 
-    def list_clusters(self, account_id: str | None = None) -> list[ClusterRecord]:
+    def list_clusters(self, account_id: str | None = None, region: str | None = None) -> list[ClusterRecord]:
         q = select(clusters).order_by(clusters.c.creation_time, clusters.c.cluster_id)
         if account_id is not None:
             q = q.where(clusters.c.account_id == account_id)
+        if region is not None:
+            q = q.where(clusters.c.region == region)
         with self.engine.connect() as conn:
             return [cluster_from_row(r) for r in conn.execute(q)]
 

@@ -6,6 +6,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     Float,
+    Index,
     Integer,
     MetaData,
     String,
@@ -39,7 +40,7 @@ clusters = Table(
     Column("creation_time", Float, nullable=False),
     Column("generation", Integer, nullable=False),
     Column("version", Integer, nullable=False),
-    UniqueConstraint("account_id", "name", name="uq_clusters_account_name"),
+    UniqueConstraint("account_id", "region", "name", name="uq_clusters_account_region_name"),
 )
 
 nodes = Table(
@@ -98,4 +99,25 @@ leases = Table(
     Column("owner", String(128), nullable=False),
     Column("expires", Float, nullable=False),
     Column("released", Boolean, nullable=False, default=False),
+)
+
+# the audit trail (CloudTrail's event history): one row per API call or console action
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", String(36), nullable=False, unique=True),
+    Column("event_time", Float, nullable=False, index=True),
+    Column("account_id", String(12), nullable=False),
+    Column("region", String(32), nullable=False),
+    Column("event_name", String(128), nullable=False),
+    Column("event_source", String(64), nullable=False),
+    Column("access_key_id", String(128), nullable=False),
+    Column("username", String(128), nullable=False),
+    Column("read_only", Boolean, nullable=False),
+    Column("resources", Text, nullable=False),  # JSON [[type, name], ...]
+    Column("resource_keys", Text, nullable=False),  # "|name|...|" and "|type:T|" for LIKE filters
+    Column("error_code", String(128)),
+    Column("detail", Text, nullable=False),
+    Index("ix_audit_events_account_time", "account_id", "region", "event_time"),
 )

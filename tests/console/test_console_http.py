@@ -142,3 +142,20 @@ def test_sign_out(srv: RunningServer) -> None:
     r = s.post(f"{srv.endpoint}/console/signout", data={"csrf_token": csrf_of(page.text)}, timeout=10)
     assert r.url.endswith("/console/signin")
     assert s.get(f"{srv.endpoint}/console/clusters", timeout=10).url.endswith("/console/signin")
+
+
+def test_region_picker_switches_the_console_region(srv: RunningServer, cluster: str) -> None:
+    s = _signed_in(srv)
+    page = s.get(f"{srv.endpoint}/console/clusters", timeout=10)
+    assert 'name="region"' in page.text and "<option value=\"us-east-1\" selected>" in page.text
+    assert f">{cluster}<" in page.text
+    r = s.post(f"{srv.endpoint}/console/region", data={"csrf_token": csrf_of(page.text), "region": "moon-1"},
+               timeout=10)
+    assert "is not an AWS region name" in r.text
+    r = s.post(f"{srv.endpoint}/console/region", data={"csrf_token": csrf_of(page.text), "region": "eu-west-1"},
+               timeout=10)
+    assert r.status_code == 200 and "<option value=\"eu-west-1\" selected>" in r.text
+    assert f">{cluster}<" not in r.text  # the cluster lives in us-east-1
+    assert s.get(f"{srv.endpoint}/console/clusters/{cluster}", timeout=10).status_code == 404
+    r = s.post(f"{srv.endpoint}/console/region", data={"csrf_token": "forged", "region": "us-east-1"}, timeout=10)
+    assert r.status_code == 403

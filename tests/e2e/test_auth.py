@@ -191,12 +191,28 @@ def test_tampered_body_is_invalid_signature(server: RunningServer) -> None:
     assert server.client().list_clusters()["ClusterSummaries"] == []
 
 
-def test_other_region_or_service_scope_rejected(server: RunningServer) -> None:
-    with pytest.raises(ClientError) as info:
-        boto_client(server.endpoint, region="eu-west-1").list_clusters()
-    assert _err(info) == (
-        "InvalidSignatureException", "Credential should be scoped to a valid region, not 'eu-west-1'. ", 403)
+def test_every_aws_region_accepted_other_shapes_and_services_rejected(server: RunningServer) -> None:
+    for region in ("eu-west-1", "ap-northeast-1", "us-gov-west-1", "cn-north-1", "eu-isoe-west-1"):
+        assert boto_client(server.endpoint, region=region).list_clusters()["ClusterSummaries"] == []
+    for region in ("moon-1", "aws-global", "xx-east-1"):
+        with pytest.raises(ClientError) as info:
+            boto_client(server.endpoint, region=region).list_clusters()
+        assert _err(info) == (
+            "InvalidSignatureException", f"Credential should be scoped to a valid region, not '{region}'. ", 403)
     assert server.credential is not None
+    # a regional endpoint host name must agree with the scope, as on AWS
+    for host, region, ok in (("api.sagemaker.ap-northeast-1.amazonaws.com", "ap-northeast-1", True),
+                             ("sagemaker.eu-west-1.amazonaws.com:443", "eu-west-1", True),
+                             ("api.sagemaker.ap-northeast-1.amazonaws.com", "us-east-1", False)):
+        hh = sign_headers("POST", f"http://{host}/", b"{}", {"Content-Type": "application/x-amz-json-1.1",
+                                                             "X-Amz-Target": LIST}, server.credential, region)
+        with unsigned():
+            resp = requests.post(server.endpoint + "/", data=b"{}", headers={**hh, "Host": host}, timeout=10)
+        if ok:
+            assert resp.status_code == 200, resp.text
+        else:
+            assert resp.json() == {"__type": "InvalidSignatureException",
+                                   "message": f"Credential should be scoped to a valid region, not '{region}'. "}
     h = sign_headers("POST", server.endpoint + "/", b"{}", {"Content-Type": "application/x-amz-json-1.1",
                                                             "X-Amz-Target": LIST}, server.credential, "us-east-1")
     h["Authorization"] = h["Authorization"].replace("/sagemaker/", "/s3/")

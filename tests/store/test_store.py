@@ -259,9 +259,10 @@ def test_cluster_round_trip_create_get_find_list(store: SqlStore) -> None:
     assert got.creation_time == rec.creation_time
     assert dict(got.lifecycle_snapshots) == dict(rec.lifecycle_snapshots)
 
-    assert store.find_cluster(ACCOUNT, "alpha") == rec
-    assert store.find_cluster(OTHER_ACCOUNT, "alpha") is None
-    assert store.find_cluster(ACCOUNT, "beta") is None
+    assert store.find_cluster(ACCOUNT, REGION, "alpha") == rec
+    assert store.find_cluster(ACCOUNT, "ap-northeast-1", "alpha") is None
+    assert store.find_cluster(OTHER_ACCOUNT, REGION, "alpha") is None
+    assert store.find_cluster(ACCOUNT, REGION, "beta") is None
     assert store.get_cluster("nosuchcluste") is None
 
     minimal = ClusterRecord(cluster_id="abcdefghij02", account_id=ACCOUNT, region=REGION, name="beta",
@@ -291,8 +292,15 @@ def test_duplicate_name_in_account_is_resource_in_use(store: SqlStore) -> None:
     # the same name under another account is a different cluster
     elsewhere = make_cluster("abcdefghij03", "alpha", OTHER_ACCOUNT)
     store.create_cluster(elsewhere)
-    assert store.find_cluster(OTHER_ACCOUNT, "alpha") == elsewhere
-    assert store.find_cluster(ACCOUNT, "alpha") == first
+    assert store.find_cluster(OTHER_ACCOUNT, REGION, "alpha") == elsewhere
+    assert store.find_cluster(ACCOUNT, REGION, "alpha") == first
+    # and so is the same name in another region of the same account
+    tokyo = replace(make_cluster("abcdefghij04", "alpha"), region="ap-northeast-1",
+                    arn="arn:aws:sagemaker:ap-northeast-1:123456789012:cluster/abcdefghij04")
+    store.create_cluster(tokyo)
+    assert store.find_cluster(ACCOUNT, "ap-northeast-1", "alpha") == tokyo
+    assert store.find_cluster(ACCOUNT, REGION, "alpha") == first
+    assert [c.cluster_id for c in store.list_clusters(ACCOUNT, "ap-northeast-1")] == ["abcdefghij04"]
 
 
 def test_cluster_version_conflict_first_writer_wins(store: SqlStore) -> None:
@@ -494,7 +502,7 @@ def test_delete_cluster_removes_nodes_and_events(store: SqlStore) -> None:
     store.delete_cluster(c.cluster_id)
 
     assert store.get_cluster(c.cluster_id) is None
-    assert store.find_cluster(ACCOUNT, "alpha") is None
+    assert store.find_cluster(ACCOUNT, REGION, "alpha") is None
     assert store.list_nodes(c.cluster_id) == []
     assert all(store.get_node(i) is None for i in c_nodes)
     assert store.list_events(c.cluster_id) == []
@@ -634,7 +642,7 @@ def test_concurrent_create_same_name_exactly_one_wins(store: SqlStore) -> None:
     assert _run_threads(threads, creator) == []
     assert sorted(outcomes) == ["in-use"] * (threads - 1) + ["won"]
     assert len(store.list_clusters(ACCOUNT)) == 1
-    winner = store.find_cluster(ACCOUNT, "racer")
+    winner = store.find_cluster(ACCOUNT, REGION, "racer")
     assert winner is not None
     assert sum(len(store.list_events(f"abcdefghij{i:02d}")) for i in range(threads)) == 1
 
