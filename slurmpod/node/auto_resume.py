@@ -2,7 +2,8 @@
 
 The plugin (``spank_auto_resume.c``) turns an ``srun --auto-resume=1 ...`` inside an allocation into
 ``auto-resume -- srun --auto-resume=1 ...``: this program runs that srun as its child (``CHILD_ENV`` set, so the
-plugin lets it through) and exits with its exit code. When the step fails:
+plugin lets it through; ``SLURM_KILL_BAD_EXIT=1`` unless set: a failed task ends the step at once, as HyperPod's
+plugin terminates it) and exits with its exit code. When the step fails:
 
 1. it asks the cluster (slurmctld, which the nodes' health agents keep informed) whether a node of the job is
    faulty: marked ``Action:Replace``/``Action:Reboot`` by its health agent or an operator, or down. It waits up to
@@ -209,6 +210,8 @@ class Child:
 
     def run(self, argv: Sequence[str], attempt: int) -> int:
         env = {**os.environ, CHILD_ENV: "1", "SLURMPOD_AUTO_RESUME_ATTEMPT": str(attempt)}
+        # a task that fails ends the step at once (HyperPod's plugin terminates it), unless the user chose
+        env.setdefault("SLURM_KILL_BAD_EXIT", "1")
         self.proc = subprocess.Popen(list(argv), env=env)  # noqa: S603
         while True:
             try:
