@@ -21,6 +21,7 @@ fi
 
 PKGS=(slurmctld slurmd slurm-client munge iproute2 util-linux procps iputils-ping openssh-client
       mmdebstrap  # builds the nodes' root filesystem images (slurmpod images build)
+      gcc libc6-dev  # builds slurmpod's SPANK plugin (srun --auto-resume) against each image's Slurm headers
       slurmdbd mariadb-server  # accounting: run inside each cluster's accounting host, never on this host
       python3 python3-venv python3-pip ca-certificates logrotate
       apt-cacher-ng)  # the nodes' package proxy: slurmpod runs its own, bound to the cluster bridges only
