@@ -54,7 +54,7 @@ def std_client(srv: ServerProcess) -> Any:
                         config=Config(retries={"mode": "standard"}, max_pool_connections=64))
 
 
-@pytest.mark.parametrize("pair", [("--simulated-launch-delay", "0.5")], indirect=True)
+@pytest.mark.parametrize("pair", [("--simulated-launch-delay", "2.0")], indirect=True)
 def test_sigkilled_owner_cluster_finishes_under_the_other(pair: list[ServerProcess]) -> None:
     a, b = pair
     c = a.client()
