@@ -28,6 +28,7 @@ from slurmpod.domain.validation import effective_min_count
 class OperationKind(str, Enum):
     CREATION = "creation"
     UPDATE = "update"
+    SCALING = "scaling"  # BatchAddClusterNodes
     SOFTWARE_UPDATE = "software_update"
     DELETION = "deletion"
     HEALTH_CHECK = "health_check"
@@ -93,6 +94,9 @@ class OperationRecord:
         return tuple(out)
 
 
+#: the kinds whose operations carry per-group scaling details
+SCALING_KINDS = frozenset({OperationKind.CREATION, OperationKind.UPDATE, OperationKind.SCALING})
+
 _BUSY = (ClusterStatus.CREATING, ClusterStatus.UPDATING, ClusterStatus.SYSTEM_UPDATING, ClusterStatus.ROLLING_BACK,
          ClusterStatus.DELETING)
 
@@ -136,14 +140,15 @@ def scaling_changes(old: ClusterSpec | None, new: ClusterSpec,
     return tuple(out)
 
 
-def operation_started(old: ClusterRecord | None, new: ClusterRecord, now: float,
-                      current: Mapping[str, int]) -> OperationRecord | None:
-    """The operation a write starts, if it gives the cluster a new operation id; None otherwise."""
+def operation_started(old: ClusterRecord | None, new: ClusterRecord, now: float, current: Mapping[str, int],
+                      kind_hint: OperationKind | None = None) -> OperationRecord | None:
+    """The operation a write starts, if it gives the cluster a new operation id; None otherwise. ``kind_hint``:
+    what the writer says it is (else read from the records)."""
     if not new.operation_id or (old is not None and old.operation_id == new.operation_id):
         return None
-    kind = _kind(old, new)
+    kind = kind_hint or _kind(old, new)
     scaling: tuple[GroupScalingChange, ...] = ()
-    if kind in (OperationKind.CREATION, OperationKind.UPDATE):
+    if kind in SCALING_KINDS:
         scaling = scaling_changes(old.spec if old is not None else None, new.spec, current)
     return OperationRecord(new.operation_id, new.cluster_id, kind, now, scaling)
 

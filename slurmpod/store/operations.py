@@ -59,16 +59,13 @@ def record_operation(conn: Connection, old: ClusterRecord | None, new: ClusterRe
                      new_events: Sequence[EventRecord], kind: OperationKind | None = None) -> None:
     """Records the operation ``new`` starts (if any); ``kind`` overrides the kind read from the records."""
     now = min((e.event_time for e in new_events), default=time.time())
-    op = operation_started(old, new, now, _active_counts(conn, new.cluster_id))
+    op = operation_started(old, new, now, _active_counts(conn, new.cluster_id), kind)
     if op is None:
         return
     c = cluster_operations.c
     if conn.execute(select(c.operation_id).where(and_(c.cluster_id == op.cluster_id,
                                                       c.operation_id == op.operation_id))).first():
         return  # already recorded (an operation id a record returned to)
-    if kind is not None and kind != op.kind:
-        op = OperationRecord(op.operation_id, op.cluster_id, kind, op.creation_time,
-                             op.scaling if kind in (OperationKind.CREATION, OperationKind.UPDATE) else ())
     if old is not None and old.operation_id and cluster_busy(old):
         conn.execute(update(cluster_operations).where(and_(c.cluster_id == old.cluster_id,
                                                            c.operation_id == old.operation_id))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
 from typing import Any
 
 from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
