@@ -13,7 +13,7 @@ from slurmpod.api.pagination import decode_token, encode_token, epoch, paginate
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.status import ImageVersionStatus
 from slurmpod.domain.views import current_count, group_status
-from slurmpod.errors import ValidationException
+from slurmpod.errors import ValidationException, validation_message
 from slurmpod.service.clusters import Caller, ClusterService
 
 Params = Mapping[str, Any]
@@ -66,12 +66,20 @@ def _group_image(svc: ClusterService, rec: ClusterRecord, group: str, nodes: lis
     )
 
 
+def _slurm_group_check(p: Params) -> None:
+    findings = tr.slurm_group_findings(p.get("InstanceGroups"))
+    if findings:
+        raise ValidationException(validation_message(findings))
+
+
 def create_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    _slurm_group_check(p)
     rec = svc.create(caller, tr.spec_from_create(p))
     return {"ClusterArn": rec.arn}
 
 
 def update_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    _slurm_group_check(p)
     cur = svc.resolve(caller, p["ClusterName"])
     requested, orchestrator_given = tr.spec_from_update(p, cur.spec)
     rec = svc.update(

@@ -4,6 +4,11 @@ nothing, and the operations every create, update, scaling and software update le
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -206,3 +211,43 @@ def test_eks_only_operations_answer_for_slurm(srv: RunningServer) -> None:
         msg = rejected(call, ClusterArn=arn, NodeId=node, VolumeId="vol-0123456789abcdef0")
         assert "only supported for clusters that use Amazon EKS" in msg
     assert _state(c, CONT) == before
+
+
+def _aws(srv: RunningServer, tmp_path: Path, *args: str, ok: bool = True) -> Any:
+    assert srv.credential is not None
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": srv.credential.access_key_id,
+           "AWS_SECRET_ACCESS_KEY": srv.credential.secret_access_key, "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_CONFIG_FILE": str(tmp_path / "aws-config"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "creds"),
+           "AWS_PAGER": ""}
+    env.pop("AWS_PROFILE", None)
+    argv = [sys.executable, "-m", "awscli", "sagemaker", *args, "--endpoint-url", srv.endpoint]
+    proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    if not ok:
+        assert proc.returncode != 0
+        return proc.stderr
+    assert proc.returncode == 0, f"{args[0]} failed ({proc.returncode}): {proc.stderr}"
+    return json.loads(proc.stdout) if proc.stdout.strip() else {}
+
+
+def test_aws_cli(srv: RunningServer, tmp_path: Path) -> None:
+    r = _aws(srv, tmp_path, "batch-add-cluster-nodes", "--cluster-name", CONT, "--nodes-to-add",
+             "InstanceGroupName=compute-group,IncrementTargetCountBy=1", "--client-token", "cli-token-1")
+    again = _aws(srv, tmp_path, "batch-add-cluster-nodes", "--cluster-name", CONT, "--nodes-to-add",
+                 "InstanceGroupName=compute-group,IncrementTargetCountBy=1", "--client-token", "cli-token-1")
+    assert len(r["Successful"]) == 1 and again["Successful"][0]["NodeLogicalId"] == r["Successful"][0]["NodeLogicalId"]
+    # the pinned AWS CLI (1.46.3) has no list-/describe-cluster-operation(s) nor move-cluster-nodes: boto3 here
+    c = srv.client()
+    ops = c.list_cluster_operations(ClusterName=CONT, Type="Scaling")["ClusterOperationSummaries"][0]
+    assert re.fullmatch(UUID_RE, ops["OperationId"]) and ops["Type"] == "Scaling"
+    d = c.describe_cluster_operation(ClusterName=CONT, OperationId=ops["OperationId"])
+    assert d["ScalingDetails"][0]["InstanceGroupName"] == "compute-group"
+    events = c.list_cluster_events(ClusterName=CONT, OperationId=ops["OperationId"])["Events"]
+    assert events and all(e["OperationId"] == ops["OperationId"] for e in events)
+    err = _aws(srv, tmp_path, "attach-cluster-node-volume", "--cluster-arn", d["ClusterArn"], "--node-id",
+               c.list_cluster_nodes(ClusterName=CONT)["ClusterNodeSummaries"][0]["InstanceId"],
+               "--volume-id", "vol-0123456789abcdef0", ok=False)
+    assert "(ValidationException)" in err and "Amazon EKS" in err
+    err = _aws(srv, tmp_path, "batch-add-cluster-nodes", "--cluster-name", PLAIN, "--nodes-to-add",
+               "InstanceGroupName=compute-group,IncrementTargetCountBy=1", ok=False)
+    assert "(ValidationException)" in err and "NodeProvisioningMode set to Continuous" in err
+    _wait_ops_done(srv.client(), CONT)
