@@ -21,14 +21,24 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import image_build, moto_compare, scale_local, seed_local, sim_scale, slurm_releases, sw_update
+from bench import (
+    deep_health,
+    image_build,
+    moto_compare,
+    resilience,
+    scale_local,
+    seed_local,
+    sim_scale,
+    slurm_releases,
+    sw_update,
+)
 from bench.machine import machine_info
 from bench.stats import targets
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 SCENARIOS = {1: seed_local.NAME, 2: sw_update.NAME, 3: scale_local.NAME, 4: sim_scale.NAME, 5: moto_compare.NAME,
-             6: image_build.NAME, 7: slurm_releases.NAME}
-NOT_QUICK = {6, 7}  # --quick without --scenario skips these
+             6: image_build.NAME, 7: slurm_releases.NAME, 8: deep_health.NAME, 9: resilience.NAME}
+NOT_QUICK = {6, 7, 8, 9}  # --quick without --scenario skips these
 
 
 def _span(s: dict[str, Any]) -> str:
@@ -166,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
             scenario = image_build.run(min(few, 2), args.workdir)
         elif number == 7:
             scenario = slurm_releases.run(runs, args.workdir)
+        elif number == 8:
+            scenario = deep_health.run(few, args.workdir)
+        elif number == 9:
+            scenario = resilience.run(min(few, 3), args.workdir)
         else:
             scenario = moto_compare.run(args.quick, args.workdir)
         scenario["seconds"] = round(time.monotonic() - t, 1)

@@ -21,6 +21,7 @@ fi
 
 PKGS=(slurmctld slurmd slurm-client munge iproute2 util-linux procps iputils-ping openssh-client
       mmdebstrap  # builds the nodes' root filesystem images (slurmpod images build)
+      gcc libc6-dev  # builds slurmpod's SPANK plugin (srun --auto-resume) against each image's Slurm headers
       slurmdbd mariadb-server  # accounting: run inside each cluster's accounting host, never on this host
       python3 python3-venv python3-pip ca-certificates logrotate
       apt-cacher-ng)  # the nodes' package proxy: slurmpod runs its own, bound to the cluster bridges only
@@ -96,7 +97,8 @@ echo "== installing slurmpod [$EXTRAS] into $VENV"
 PIP=("$VENV/bin/python" -m pip -q --disable-pip-version-check --no-input)
 export PIP_ROOT_USER_ACTION=ignore PIP_NO_WARN_SCRIPT_LOCATION=1
 "${PIP[@]}" install --upgrade pip >/dev/null
-PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "${PIP[@]}" install -e ".[$EXTRAS]" >/dev/null
+# (PYTHONWARNINGS: setuptools' editable-install banner is a warning, not news; errors still print)
+PYTHONWARNINGS=ignore PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "${PIP[@]}" install -e ".[$EXTRAS]" >/dev/null
 ln -sf "$VENV/bin/slurmpod" /usr/local/bin/slurmpod
 # The default node image: a Debian bookworm root filesystem (Slurm, munge, systemd, sudo, ...) + slurmpod's node
 # layer, built once into the host-wide image store (${SLURMPOD_IMAGE_STORE:-/var/lib/slurmpod/images}) and reused
@@ -110,4 +112,4 @@ if [ "${SLURMPOD_SKIP_IMAGE_BUILD:-0}" != 1 ]; then
   echo "== trixie node image (Slurm 24.11)"
   "$VENV/bin/slurmpod" images build --default --store-only --suite trixie
 fi
-echo "== ready: $("$VENV/bin/slurmpod" --help | head -n 1)"
+echo "== ready: slurmpod $("$VENV/bin/slurmpod" --version | awk '{print $NF}') in $VENV (/usr/local/bin/slurmpod)"

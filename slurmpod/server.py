@@ -204,6 +204,7 @@ def build_server(settings: Settings) -> Server:
         store, runtime, clock, interval=settings.reconcile_interval, max_workers=settings.max_parallel_launches,
         image=(BUILTIN.image_id, BUILTIN.release), min_count_timeout=settings.min_count_timeout,
         retry_delay=settings.retry_delay, drain_timeout=settings.update_drain_timeout,
+        dhc_busy_timeout=settings.dhc_busy_timeout, dhc_stress_seconds=settings.dhc_stress_seconds,
         image_lookup=lambda image_id: (image_of(image_id).image_id, image_of(image_id).release),
     )
     service = ClusterService(

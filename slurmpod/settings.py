@@ -42,6 +42,8 @@ class Settings:
     min_count_timeout: float = 3 * 3600.0  # HyperPod's MinCount deadline
     retry_delay: float = 2.0  # first backoff step for Continuous launch retries
     update_drain_timeout: float = 3600.0  # software updates wait this long for a node's jobs to end
+    dhc_busy_timeout: float = 600.0  # on-demand deep health checks skip nodes busy longer than this
+    dhc_stress_seconds: float = 5.0  # InstanceStress: stress-ng seconds per node
     capacity: dict[str, int] = field(default_factory=dict)  # initial capacity table (both providers)
     # lifecycle sources
     s3_endpoint_url: str | None = None

@@ -292,7 +292,14 @@ def batch_replace_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) 
     return _batch_node_op(svc, caller, p, "replace")
 
 
+def start_cluster_health_check(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    targets = [tr.health_check_target_from_wire(c) for c in p["DeepHealthCheckConfigurations"]]
+    rec = svc.start_health_check(caller, p["ClusterName"], targets)
+    return {"ClusterArn": rec.arn}
+
+
 HANDLERS: dict[str, Handler] = {
+    "StartClusterHealthCheck": start_cluster_health_check,
     "BatchRebootClusterNodes": batch_reboot_cluster_nodes,
     "BatchReplaceClusterNodes": batch_replace_cluster_nodes,
     "UpdateClusterSoftware": update_cluster_software,

@@ -6,12 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from slurmpod.domain.deep_health import HealthCheckTarget
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import (
     AccountingDatabaseSpec,
     CapacitySize,
     CapacitySizeType,
     ClusterSpec,
+    DeepHealthCheck,
     DeploymentSpec,
     InstanceGroupSpec,
     LifeCycleConfig,
@@ -34,7 +36,7 @@ from slurmpod.domain.validation import effective_min_count
 
 _GROUP_KNOWN = {
     "InstanceCount", "MinInstanceCount", "InstanceGroupName", "InstanceType", "LifeCycleConfig",
-    "ExecutionRole", "ThreadsPerCore", "SlurmConfig", "ImageId", "ScheduledUpdateConfig",
+    "ExecutionRole", "ThreadsPerCore", "SlurmConfig", "ImageId", "ScheduledUpdateConfig", "OnStartDeepHealthChecks",
 }
 # Group members stored opaquely and echoed in ClusterInstanceGroupDetails / ClusterNodeDetails.
 _GROUP_ECHO = (
@@ -145,6 +147,8 @@ def _group_echo(group: InstanceGroupSpec, members: tuple[str, ...]) -> dict[str,
     echo = {k: v for k, v in group.extras.items() if k in members}
     if "ScheduledUpdateConfig" in members and group.scheduled_update is not None:
         echo["ScheduledUpdateConfig"] = scheduled_update_to_wire(group.scheduled_update)
+    if "OnStartDeepHealthChecks" in members and group.deep_health_checks:
+        echo["OnStartDeepHealthChecks"] = [c.value for c in group.deep_health_checks]
     return dict(sorted(echo.items()))
 
 
@@ -173,8 +177,16 @@ def group_from_wire(w: Mapping[str, Any]) -> InstanceGroupSpec:
         else SlurmConfig(node_type=node_type, partition_names=tuple(sc.get("PartitionNames") or ())),
         image_id=w.get("ImageId"),
         scheduled_update=scheduled_update_from_wire(w.get("ScheduledUpdateConfig")),
+        deep_health_checks=tuple(DeepHealthCheck(c) for c in w.get("OnStartDeepHealthChecks") or ()),
         extras={k: v for k, v in w.items() if k not in _GROUP_KNOWN and k in _GROUP_ECHO},
     )
+
+
+def health_check_target_from_wire(w: Mapping[str, Any]) -> HealthCheckTarget:
+    """An ``InstanceGroupHealthCheckConfiguration`` (shape-checked already)."""
+    ids = w.get("InstanceIds")
+    return HealthCheckTarget(w["InstanceGroupName"], tuple(DeepHealthCheck(c) for c in w["DeepHealthChecks"]),
+                             None if ids is None else tuple(ids))
 
 
 def _strategy(params: Mapping[str, Any]) -> tuple[SlurmConfigStrategy | None, bool]:

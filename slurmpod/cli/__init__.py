@@ -20,6 +20,7 @@ from slurmpod.cli.audit import add_audit_parser
 from slurmpod.cli.common import fill_common, spread_common, version
 from slurmpod.cli.connect import cmd_connect
 from slurmpod.cli.events import add_events_parser
+from slurmpod.cli.faults import add_faults_parser
 from slurmpod.cli.hosts import add_hosts_parser
 from slurmpod.cli.images import add_images_parser
 from slurmpod.cli.logs import add_logs_parser
@@ -81,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--retry-delay", type=float, default=2.0, help="first backoff step of launch retries (s)")
     s.add_argument("--update-drain-timeout", type=float, default=3600.0,
                    help="software updates wait this long (s) for a drained node's jobs before replacing it")
+    s.add_argument("--deep-health-check-busy-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="an on-demand deep health check skips a node whose jobs run longer than this (HyperPod: 600)")
+    s.add_argument("--deep-health-check-stress-seconds", type=float, default=5.0, metavar="SECONDS",
+                   help="how long InstanceStress runs stress-ng on each node")
     s.add_argument("--lifecycle-file-root", action="append", metavar="DIR",
                    help="allow file:// lifecycle sources only under DIR (repeatable; default: anywhere outside "
                         "the state dir)")
@@ -180,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_demo)
 
     add_events_parser(sub)
+    add_faults_parser(sub)
     add_hosts_parser(sub)
 
     add_images_parser(sub)

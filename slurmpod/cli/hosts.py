@@ -31,6 +31,8 @@ def add_hosts_parser(sub: Any) -> argparse.ArgumentParser:
     a.add_argument("--instance-type", required=True, help="the ml.* type whose instances this pool serves")
     a.add_argument("--key", required=True, type=Path, help="private key file to log in with")
     a.add_argument("--allow-reboot", action="store_true", help="node reboots really reboot the machine")
+    a.add_argument("--allow-faults", action="store_true",
+                   help="`slurmpod faults inject` may inject rehearsal faults on this machine (refused otherwise)")
     a.add_argument("--apt-install", action="store_true",
                    help="let slurmpod apt-get install slurmd/slurmctld/munge when they are missing")
     a.add_argument("--no-contact", action="store_true", help="register without connecting (key pinned at launch)")
@@ -76,7 +78,8 @@ def _add(pool: HostPool, args: argparse.Namespace) -> int:
         raise PoolError(f"key file {key} does not exist")
     name = host_name(user, host, port)
     rec = HostRecord(name=name, pool=args.pool, instance_type=args.instance_type, user=user, host=host, port=port,
-                     key=str(key), allow_reboot=args.allow_reboot, apt_install=args.apt_install)
+                     key=str(key), allow_reboot=args.allow_reboot, allow_faults=args.allow_faults,
+                     apt_install=args.apt_install)
     if not args.no_contact:
         sessions = SshSessions()
         try:

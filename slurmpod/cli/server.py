@@ -67,6 +67,8 @@ def cmd_server(args: argparse.Namespace) -> int:
         min_count_timeout=args.min_count_timeout,
         retry_delay=args.retry_delay,
         update_drain_timeout=args.update_drain_timeout,
+        dhc_busy_timeout=args.deep_health_check_busy_timeout,
+        dhc_stress_seconds=args.deep_health_check_stress_seconds,
         capacity=parse_capacity(args.capacity),
     )
     from slurmpod.regions import is_region

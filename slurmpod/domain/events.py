@@ -197,6 +197,26 @@ def slurm_requested(group: str, instance_id: str, action: str) -> EventDraft:
                           f"(Action:{action}); its jobs have ended", group, instance_id)
 
 
+def health_fault(group: str, instance_id: str, host: str, fault: str, detail: str, action: str, *,
+                 automatic: bool) -> EventDraft:
+    """A node's health agent found a fault and marked the node ``Action:<action>`` in Slurm (HyperPod's HMA
+    wording)."""
+    seen = f" ({detail})" if detail else ""
+    text = (f"Instance {instance_id} ({host}) is unhealthy. The health monitoring agent has detected fault type "
+            f"{fault} on this node{seen} and marked it Action:{action} in Slurm. ")
+    if automatic:
+        return instance_event(text + f"Repair action: {action}.", group, instance_id, level=EventLevel.WARN)
+    return instance_event(text + "NodeRecovery is None: the node stays marked for the operator.", group,
+                          instance_id, level=EventLevel.ERROR)
+
+
+def fault_injected(group: str, instance_id: str, host: str, kind: str, *, duration: float | None) -> EventDraft:
+    """``slurmpod faults inject``: a rehearsal fault, said in the cluster's events so the story reads whole."""
+    lasting = f" for {duration:.0f} s" if duration else ""
+    return instance_event(f"Fault {kind} injected into instance {instance_id} ({host}){lasting} with "
+                          "`slurmpod faults inject` (a rehearsal)", group, instance_id, level=EventLevel.WARN)
+
+
 def replacement_started(cluster_name: str, group: str, instance_id: str) -> EventDraft:
     """A node is being replaced (BatchReplaceClusterNodes, Slurm's ``Action:Replace``): HyperPod's wording."""
     return instance_event(f"Instance {instance_id} is starting as part of instance replacement in Cluster "
@@ -348,3 +368,35 @@ def instance_software_update_failed(group: str, instance_id: str, phase: UpdateP
     else:
         text = f"Instance {instance_id} in IG {group} failed to update. Rollback initiated."
     return instance_event(text, group, instance_id, level=EventLevel.ERROR, failure=failure)
+
+
+# ---- deep health checks -------------------------------------------------------------------------------------
+
+
+def dhc_requested(cluster_name: str, group: str, checks: Sequence[str], count: int) -> EventDraft:
+    """StartClusterHealthCheck accepted for ``count`` instances of a group."""
+    return _group_note(f"On-demand deep health checks ({', '.join(checks)}) requested for {count} instance(s) of "
+                       f"IG {group} in Cluster {cluster_name}", group)
+
+
+def dhc_started(group: str, instance_id: str, checks: Sequence[str]) -> EventDraft:
+    return instance_event(f"Deep health checks ({', '.join(checks)}) started on Instance {instance_id} in IG {group}",
+                          group, instance_id)
+
+
+def dhc_passed(group: str, instance_id: str, seconds: float) -> EventDraft:
+    return instance_event(f"Deep health checks passed on Instance {instance_id} in IG {group} "
+                          f"({seconds:.0f} s); it serves its partitions", group, instance_id)
+
+
+def dhc_failed(group: str, instance_id: str, failure: str) -> EventDraft:
+    """HyperPod's failure wording ("Encountered FaultyInstance. Replace the Instance."), the cause as details."""
+    return instance_event(f"Deep health checks failed on Instance {instance_id} in IG {group}: Encountered "
+                          "FaultyInstance. Replace the Instance.", group, instance_id, level=EventLevel.ERROR,
+                          failure=failure)
+
+
+def dhc_skipped(group: str, instance_id: str, jobs: Sequence[str], timeout: float) -> EventDraft:
+    return instance_event(f"Deep health checks skipped on Instance {instance_id} in IG {group}: its running "
+                          f"jobs ({jobs_text(jobs)}) did not complete within {timeout / 60:g} minutes", group,
+                          instance_id, level=EventLevel.WARN)

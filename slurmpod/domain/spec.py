@@ -26,6 +26,14 @@ class NodeRecovery(str, Enum):
     NONE = "None"
 
 
+class DeepHealthCheck(str, Enum):
+    """OnStartDeepHealthChecks / StartClusterHealthCheck check types (``domain.deep_health`` runs them)."""
+
+    INSTANCE_STRESS = "InstanceStress"
+    INSTANCE_CONNECTIVITY = "InstanceConnectivity"
+    MULTI_NODE_TRAINING_VALIDATION = "MultiNodeTrainingValidation"
+
+
 class NodeProvisioningMode(str, Enum):
     CONTINUOUS = "Continuous"
 
@@ -148,6 +156,8 @@ class InstanceGroupSpec:
     slurm_config: SlurmConfig | None = None
     image_id: str | None = None
     scheduled_update: ScheduledUpdateSpec | None = None
+    #: OnStartDeepHealthChecks: run on every new node of the group before it takes jobs
+    deep_health_checks: tuple[DeepHealthCheck, ...] = ()
     extras: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     @property
@@ -261,6 +271,8 @@ def group_to_dict(g: InstanceGroupSpec) -> dict[str, Any]:
         "image_id": g.image_id,
         "scheduled_update": _scheduled_to_dict(g.scheduled_update),
         "extras": dict(g.extras),
+        # only when set: specs without checks keep their stored bytes
+        **({"deep_health_checks": [c.value for c in g.deep_health_checks]} if g.deep_health_checks else {}),
     }
 
 
@@ -292,6 +304,9 @@ def group_from_dict(d: Mapping[str, Any]) -> InstanceGroupSpec:
     else:  # schema 1: kept in extras under its wire name
         legacy = extras.pop(stored_v1.SCHEDULED_UPDATE_CONFIG, None)
         scheduled = _scheduled_from_dict(stored_v1.scheduled_update(legacy))
+    # specs stored before the field was typed kept the wire list in extras
+    checks = d["deep_health_checks"] if "deep_health_checks" in d else extras.pop(
+        stored_v1.ON_START_DEEP_HEALTH_CHECKS, None)
     return InstanceGroupSpec(
         name=d["name"],
         instance_count=d["instance_count"],
@@ -308,8 +323,12 @@ def group_from_dict(d: Mapping[str, Any]) -> InstanceGroupSpec:
         ),
         image_id=d.get("image_id"),
         scheduled_update=scheduled,
+        deep_health_checks=tuple(DeepHealthCheck(c) for c in checks or () if c in _DHC_VALUES),
         extras=extras,
     )
+
+
+_DHC_VALUES = frozenset(c.value for c in DeepHealthCheck)
 
 
 def spec_from_dict(d: Mapping[str, Any]) -> ClusterSpec:

@@ -110,7 +110,8 @@ CLUSTER_TRANSITIONS: dict[ClusterStatus, frozenset[ClusterStatus]] = {
 
 INSTANCE_TRANSITIONS: dict[InstanceStatus, frozenset[InstanceStatus]] = {
     InstanceStatus.PENDING: frozenset(
-        {InstanceStatus.RUNNING, InstanceStatus.FAILURE, InstanceStatus.SHUTTING_DOWN}
+        {InstanceStatus.RUNNING, InstanceStatus.FAILURE, InstanceStatus.SHUTTING_DOWN,
+         InstanceStatus.DEEP_HEALTH_CHECK_IN_PROGRESS}
     ),
     InstanceStatus.RUNNING: frozenset(
         {

@@ -14,6 +14,8 @@ from typing import Any
 
 SCHEDULED_UPDATE_CONFIG = "ScheduledUpdateConfig"
 TAGS = "Tags"
+#: kept in a group's extras (as stored, a list of check names) until the field was typed
+ON_START_DEEP_HEALTH_CHECKS = "OnStartDeepHealthChecks"
 
 
 def _capacity(value: Any) -> list[Any] | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from slurmpod.domain import catalog, deep_health
 from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, LifeCycleConfig
 from slurmpod.domain.status import NodeType, SlurmConfigStrategy
 
@@ -74,6 +75,7 @@ def validate_create(spec: ClusterSpec, *, strict: bool = False) -> list[str]:
     _check_groups(spec.instance_groups, set(), findings)
     _check_topology(spec, strict, findings)
     _check_continuous(spec, spec.slurm_config_strategy, findings)
+    _check_deep_health(spec, strict, findings)
     return findings
 
 
@@ -144,6 +146,7 @@ def validate_update(
     _check_groups(merged.instance_groups, current_names, findings)
     _check_topology(merged, strict, findings)
     _check_continuous(merged, requested.slurm_config_strategy, findings)
+    _check_deep_health(merged, strict, findings)
     return findings
 
 
@@ -327,3 +330,12 @@ def _check_continuous(
                 "MinInstanceCount must be between 0 and InstanceCount (inclusive): instance group "
                 f"{g.name} has MinInstanceCount {g.min_instance_count} and InstanceCount {g.instance_count}."
             )
+
+
+def _check_deep_health(spec: ClusterSpec, strict: bool, findings: list[str]) -> None:
+    """OnStartDeepHealthChecks: InstanceStress and InstanceConnectivity, on Compute groups; GPU/Trainium instance
+    types only with ``strict`` (AWS's rule; the extended profile also checks CPU instances)."""
+    for g in spec.instance_groups:
+        info = catalog.instance_type_info(g.instance_type) if g.instance_type and \
+            catalog.is_known(g.instance_type) else None
+        findings += deep_health.group_findings(g, accelerated=bool(info and info.gpus), strict=strict)

@@ -41,6 +41,8 @@ BASE_PACKAGES = (
     "mariadb-server", "sudo", "openssh-server", "openssh-client", "python3", "python3-pip", "curl",
     "ca-certificates", "logrotate", "iproute2", "procps", "less", "iputils-ping", "gettext-base", "passwd",
     "adduser", "lsof",
+    # deep health checks (InstanceStress); the headers slurmpod's SPANK plugin is built against (nodelayer)
+    "stress-ng", "libslurm-dev",
 )
 DEFAULT_SUITE = "bookworm"
 MIRROR = os.environ.get("SLURMPOD_DEBIAN_MIRROR", "http://deb.debian.org/debian")

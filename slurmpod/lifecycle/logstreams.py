@@ -16,6 +16,7 @@ from pathlib import Path
 
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 LIFECYCLE = "LifecycleConfig"
+DEEP_HEALTH = "DeepHealthCheckResults"
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ class Stream:
 
 def lifecycle_stream(group: str, instance_id: str) -> str:
     return f"{LIFECYCLE}/{group}/{instance_id}"
+
+
+def deep_health_stream(instance_id: str) -> str:
+    """HyperPod's ``DeepHealthCheckResults/<id>``: the instance's latest deep health check output."""
+    return f"{DEEP_HEALTH}/{instance_id}"
 
 
 class LogStreams:

@@ -9,6 +9,10 @@
   literal ``${SLURMD_OPTIONS}`` placeholder AWS's ``start_slurm.sh`` renders with envsubst, ``slurmctld.service``
   reading ``/opt/slurm/etc/slurm.conf`` (both Restart=on-failure, the stock unit's Type kept), user ``ubuntu``
   (uid/gid 1000, bash, passwordless sudo), ``/opt/sagemaker_cluster``, ``/opt/ml/config``, ``/var/log/provision``.
+* slurmpod's SPANK plugin (``srun --auto-resume``, ``slurmpod/node/spank_auto_resume.c``) compiled with the build
+  host's C compiler against the image's own ``<slurm/spank.h>`` (a plugin must match the Slurm that loads it) into
+  ``/usr/lib/slurmpod/spank_auto_resume.so``; an image without Slurm's headers gets none (plugstack.conf lists it
+  as ``optional``). The plugin's Python side is a boot file, like the node's other programs.
 
 Units are rendered from the image's own stock units, so User/PIDFile/limits follow the suite's Slurm.
 Bump ``RECIPE_VERSION`` whenever the layer or the base package list changes.
@@ -19,14 +23,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Sequence
+from importlib import resources
 from pathlib import Path
 
 from slurmpod.lifecycle.rootfs import RootfsError, resolve_in_root
 from slurmpod.slurm.accounting import MARIADB_TEMPLATE
 from slurmpod.slurm.units import PLACEHOLDER, SLURMD_ENV
 
-RECIPE_VERSION = 5
+RECIPE_VERSION = 6
 
 MASKED = (
     "getty@tty1.service", "console-getty.service", "systemd-firstboot.service",
@@ -296,6 +302,33 @@ def ubuntu_user(root: Path, chroot: Chroot) -> None:
     chroot(["visudo", "-c", "-q", "-f", "/etc/sudoers.d/90-ubuntu"])
 
 
+SPANK_SOURCE = "spank_auto_resume.c"
+SPANK_PLUGIN = "/usr/lib/slurmpod/spank_auto_resume.so"
+CC_TIMEOUT = 120.0
+
+
+def spank_plugin(root: Path) -> bool:
+    """Builds the auto-resume SPANK plugin into the image; False (and no plugin) without the image's headers."""
+    include = resolve_in_root(root, "/usr/include/slurm/spank.h")
+    if include is None or not include.is_file():
+        return False
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise LayerError("no C compiler on this host to build the auto-resume SPANK plugin (apt-get install gcc)")
+    out = root / SPANK_PLUGIN.lstrip("/")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    source = resources.files("slurmpod.node").joinpath(SPANK_SOURCE)
+    with resources.as_file(source) as src, tempfile.TemporaryDirectory(prefix="slurmpod-spank-") as inc:
+        # only the image's slurm/ headers: the build host's own (if any, another Slurm) must not be seen
+        Path(inc, "slurm").symlink_to(include.parent)
+        r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I", inc,  # noqa: S603
+                            "-o", str(out), str(src)], capture_output=True, text=True, timeout=CC_TIMEOUT)
+    if r.returncode != 0:
+        raise LayerError(f"building the auto-resume SPANK plugin failed: {r.stderr.strip()[-600:]}")
+    out.chmod(0o755)
+    return True
+
+
 def mark_updated(root: Path) -> None:
     """``/etc/.updated`` and ``/var/.updated`` as systemd-update-done writes them: not older than ``/usr``."""
     usr = os.lstat(root / "usr")
@@ -314,4 +347,5 @@ def apply_node_layer(root: Path, chroot: Chroot) -> None:
     per_node_files(root)
     contract_dirs(root)
     ubuntu_user(root, chroot)
+    spank_plugin(root)
     mark_updated(root)  # last: nothing may touch /usr after it

@@ -26,11 +26,13 @@ __all__ = [
     "API_LATENCY",
     "CONTENT_TYPE",
     "LAUNCH_FAILURES",
+    "NODE_FAULTS",
     "RECONCILE_PASS",
     "REGISTRY",
     "launch_failure_reason",
     "observe_request",
     "record_launch_failure",
+    "record_node_fault",
     "render",
 ]
 
@@ -58,6 +60,22 @@ LAUNCH_FAILURES = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+
+NODE_FAULTS = Counter(
+    "slurmpod_node_faults",
+    "Faults the nodes' health agents found (each marked node), by fault type and repair action.",
+    ["fault", "action"],
+    registry=REGISTRY,
+)
+#: fault types the health agents report (slurmpod/node/checks.py); anything else is counted as ``other``
+FAULT_TYPES = frozenset({"NvidiaGPUUnhealthy", "NvidiaGPUCountMismatch", "SlurmdUnresponsive", "MungeUnhealthy",
+                         "DiskFull", "DiskUnhealthy", "MemoryPressure", "MemoryUnhealthy"})
+
+
+def record_node_fault(fault: str, action: str) -> None:
+    NODE_FAULTS.labels(fault=fault if fault in FAULT_TYPES else "other",
+                       action=action if action in ("Replace", "Reboot") else "other").inc()
+
 
 class BootFailure(Protocol):
     message: str

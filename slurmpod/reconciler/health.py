@@ -5,8 +5,10 @@ into ``NodeChange`` values and leaked instances to terminate; the monitor writes
 the node record the plan saw (a node that changed meanwhile is left for the next observation).
 
 Rules: a dead instance is rebooted (NodeRecovery Automatic) or left Failed (None); a slurmd gone for two
-observations in a row counts as dead; Slurm's ``Action:Replace``/``Action:Reboot`` reasons (on an idle node set
-to FAIL) become a replacement (a new instance with the same hostname, address and NodeName) / a reboot; a
+observations in a row counts as dead; Slurm's ``Action:Replace``/``Action:Reboot`` reasons (exact, case-sensitive,
+as HyperPod; on a FAIL node once its jobs end, on a DOWN one at once) become a replacement (a new instance with the
+same hostname, address and NodeName) / a reboot — those the node's health agent set only under NodeRecovery
+Automatic (with None they stay as labels, one event says so); a
 controller going down or coming back is an event and a notification; an instance the provider runs that no record
 owns (seen twice in a row) is a leak and is terminated.
 """
@@ -22,11 +24,21 @@ from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
 
 
 @dataclass(frozen=True)
+class SlurmRequest:
+    """A node marked for repair in Slurm (``scontrol update node=X state=fail reason="Action:Replace"``), by an
+    operator or by the node's health agent (then ``fault`` is its fault type and ``detail`` what it saw)."""
+
+    action: str  # Replace | Reboot
+    fault: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class HealthReport:
     alive: Mapping[str, bool]  # every instance the provider knows for the cluster -> its processes run
     service_ids: frozenset[str] = frozenset()  # provider instances that are cluster services (accounting host)
     unreachable: frozenset[str] = frozenset()  # Running nodes whose slurmd is gone
-    requests: Mapping[str, str] = field(default_factory=dict)  # instance id -> Replace | Reboot
+    requests: Mapping[str, SlurmRequest] = field(default_factory=dict)  # instance id -> what Slurm asks
     services: tuple[tuple[bool, str], ...] = ()  # cluster services restored (True) or not (False)
 
 
@@ -41,6 +53,7 @@ class NodeChange:
     fail_message: str | None = None  # set: the node becomes Failure
     events: tuple[ev.EventDraft, ...] = ()
     notifications: tuple[ev.Notification, ...] = ()
+    fault: tuple[str, str] | None = None  # (fault type, action) a health agent reported: counted once written
 
 
 @dataclass(frozen=True)
@@ -94,6 +107,7 @@ def plan_health(report: HealthReport, cluster: ClusterRecord, nodes: Sequence[No
         drafts: list[ev.EventDraft] = []
         notes: list[ev.Notification] = []
         fail: str | None = None
+        fault: tuple[str, str] | None = None
         is_ctl = n.group in ctl_groups
         if (is_ctl and n.data.get("controller_down") and n.status == InstanceStatus.RUNNING
                 and alive.get(iid)):
@@ -114,10 +128,25 @@ def plan_health(report: HealthReport, cluster: ClusterRecord, nodes: Sequence[No
                     fail = "Instance processes are no longer running"
                 drafts.append(ev.instance_unhealthy(n.group, iid, automatic=automatic))
             elif iid in report.requests:
-                action = report.requests[iid]
-                # Replace: a new instance under the same hostname (plan); Reboot: the same instance, resumed
-                set_data.update({"op": "replace"} if action == "Replace" else {"op": "reboot", "resume_on_join": True})
-                drafts.append(ev.slurm_requested(n.group, iid, action))
+                req = report.requests[iid]
+                host = n.hostname or iid
+                fault = (req.fault, req.action) if req.fault else None
+                if req.fault and not automatic:
+                    # NodeRecovery None: the agent's mark stays in Slurm as a label, the operator decides
+                    if n.data.get("fault_labelled") == req.fault:
+                        fault = None  # said and counted already
+                    else:
+                        set_data["fault_labelled"] = req.fault
+                        drafts.append(ev.health_fault(n.group, iid, host, req.fault, req.detail, req.action,
+                                                      automatic=False))
+                else:
+                    # Replace: a new instance under the same hostname (plan); Reboot: the same instance, resumed
+                    set_data.update({"op": "replace"} if req.action == "Replace"
+                                    else {"op": "reboot", "resume_on_join": True})
+                    drafts.append(ev.health_fault(n.group, iid, host, req.fault, req.detail, req.action,
+                                                  automatic=True) if req.fault
+                                  else ev.slurm_requested(n.group, iid, req.action))
         if set_data or drop or fail:
-            changes.append(NodeChange(iid, n.version, set_data, tuple(drop), fail, tuple(drafts), tuple(notes)))
+            changes.append(NodeChange(iid, n.version, set_data, tuple(drop), fail, tuple(drafts), tuple(notes),
+                                      fault))
     return HealthPlan(tuple(changes), leaks, events, new_suspects, new_leak_suspects)

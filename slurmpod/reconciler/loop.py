@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from slurmpod.clock import Clock
+from slurmpod.domain import deep_health as dh
 from slurmpod.domain.model import ClusterRecord
 from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.errors import VersionConflict
@@ -28,7 +29,7 @@ from slurmpod.reconciler import plan as p
 from slurmpod.reconciler.monitor import HealthMonitor
 from slurmpod.reconciler.runtime import ClusterRuntime
 from slurmpod.reconciler.work import Context, ImageLookup, Timeouts, WorkPool
-from slurmpod.reconciler.workers import boot, nodeops, removal, topology, update
+from slurmpod.reconciler.workers import boot, deep_health, nodeops, removal, topology, update
 from slurmpod.store.protocol import Store
 
 log = logging.getLogger("slurmpod.reconciler")
@@ -82,6 +83,7 @@ DISPATCH: dict[type, Dispatch] = {
     p.ApplyTopology: _submit(lambda ctx, cid, _k: topology.apply_topology(ctx, cid), lambda a: "topology"),
     p.SetStatus: _set_status,
     p.NodeOp: _submit(nodeops.node_op, lambda a: a.instance_id),
+    p.DeepHealthCheckGroup: _submit(deep_health.check_group, lambda a: dh.worker_key(a.group)),
     p.UpdateGroups: _store_only(apply.update_groups),
     p.FinishDelete: _submit(lambda ctx, cid, _k: removal.finish_delete(ctx, cid), lambda a: "delete"),
     rolling.StartNodeUpdates: _store_only(apply.start_node_updates),
@@ -109,13 +111,16 @@ class Reconciler:
         image_lookup: ImageLookup | None = None,
         image: tuple[str, str] = ("ami-00000000000000000", "0.0.0"),
         health_workers: int = 4,
+        dhc_busy_timeout: float = dh.DEFAULT_BUSY_TIMEOUT,
+        dhc_stress_seconds: float = dh.DEFAULT_STRESS_SECONDS,
     ) -> None:
         self.store = store
         self.runtime = runtime
         self.clock = clock
         self.interval = interval
         self.timeouts = Timeouts(min_count=min_count_timeout, retry_delay=retry_delay, drain=drain_timeout,
-                                 health_interval=health_interval)
+                                 health_interval=health_interval, dhc_busy=dhc_busy_timeout,
+                                dhc_stress=dhc_stress_seconds)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.pool = WorkPool(max_workers, self._wake.set)

@@ -18,6 +18,7 @@ from slurmpod.domain.model import ClusterRecord
 from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.domain.transitions import node_to
 from slurmpod.errors import VersionConflict
+from slurmpod.observability import metrics
 from slurmpod.reconciler.health import HealthPlan, HealthReport, NodeChange, plan_health
 from slurmpod.reconciler.work import Context
 
@@ -149,6 +150,8 @@ class HealthMonitor:
             self.ctx.store.update_node(new, self.ctx.events(cluster, change.events))
         except VersionConflict:
             return False
+        if change.fault is not None:
+            metrics.record_node_fault(*change.fault)
         for note in change.notifications:
             self.ctx.notifier.notify(cluster, note, self.ctx.clock.now())
             log.warning("cluster %s: %s", cluster.name, note.description)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from slurmpod.domain import deep_health as dh
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import ClusterRecord, GroupState, NodeRecord
 from slurmpod.domain.spec import ClusterSpec
@@ -77,6 +78,13 @@ class NodeOp:
 
 
 @dataclass(frozen=True)
+class DeepHealthCheckGroup:
+    """Start or finish the deep health checks of a group's nodes that carry a request (``domain.deep_health``)."""
+
+    group: str
+
+
+@dataclass(frozen=True)
 class UpdateGroups:
     """Continuous mode: new group states (and, for a MinCount rollback, a new desired spec)."""
 
@@ -86,7 +94,7 @@ class UpdateGroups:
 
 
 Action = (CreateNodes | BootNode | RemoveNode | ApplyTopology | SetStatus | FinishDelete | UpdateGroups | NodeOp
-          | RollingAction)
+          | DeepHealthCheckGroup | RollingAction)
 
 DEFAULT_MIN_COUNT_TIMEOUT = 3 * 3600.0
 
@@ -225,12 +233,15 @@ def _converge(obs: Observation, spec: ClusterSpec) -> tuple[list[Action], bool]:
                 # before the controller is up, a node may still launch and run baseline + OnCreate
                 may_boot = is_ctl or (ctl_ready and topology_ok) or "on_create" not in n.phases
                 if n.data.get("address") and any(o.ip == n.data["address"] and o.instance_id != n.instance_id
-                                                  for o in obs.nodes):
+                                                  and not o.data.get("terminated") for o in obs.nodes):
                     may_boot = False  # its predecessor still holds the address it takes over
                 if may_boot and n.instance_id not in obs.busy and n.next_attempt <= obs.now:
                     actions.append(BootNode(n.instance_id))
             elif n.status != InstanceStatus.RUNNING:
                 converged = False
+    for group, due in dh.due(nodes).items():
+        if dh.worker_key(group) not in obs.busy and any(n.instance_id not in obs.busy for n in due):
+            actions.append(DeepHealthCheckGroup(group))
     for n in obs.nodes:
         if not n.active:
             converged = False

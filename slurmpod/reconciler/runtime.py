@@ -5,10 +5,13 @@ Slurm membership. ``SlurmRuntime`` (real daemons over a Provider) and ``Simulate
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.spec import DeepHealthCheck
 from slurmpod.lifecycle.images import Image
+from slurmpod.reconciler.health import SlurmRequest
 
 
 class NodeBootError(Exception):
@@ -30,6 +33,15 @@ class TopologyDriftError(Exception):
     def __init__(self, drift: list[str]) -> None:
         super().__init__("; ".join(drift))
         self.drift = drift
+
+
+@dataclass(frozen=True)
+class DeepHealthResult:
+    """One node's outcome of a deep health check run: ``detail`` says why it failed; ``log`` is its output."""
+
+    ok: bool
+    detail: str
+    log: str = ""
 
 
 class ClusterRuntime(Protocol):
@@ -101,9 +113,9 @@ class ClusterRuntime(Protocol):
         The caller reruns the boot phases that start daemons."""
         ...
 
-    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
-        """Nodes an operator asked, the Slurm way, to be replaced or rebooted once idle
-        (``scontrol update node=X state=fail reason="Action:Replace"``): instance id -> Replace | Reboot."""
+    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, SlurmRequest]:
+        """Nodes asked, the Slurm way, to be replaced or rebooted once idle (``scontrol update node=X state=fail
+        reason="Action:Replace"``, by an operator or a node's health agent): instance id -> the request."""
         ...
 
     def unreachable(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> set[str]:
@@ -128,4 +140,21 @@ class ClusterRuntime(Protocol):
 
     def heal_services(self, cluster: ClusterRecord) -> list[tuple[bool, str]]:
         """Restores cluster-level services (the accounting host) found dead: ``(restored, description)`` each."""
+        ...
+
+    def dhc_isolate(self, cluster: ClusterRecord, targets: Sequence[NodeRecord], nodes: Sequence[NodeRecord]) -> None:
+        """Puts compute nodes in the deep-health-check reservation and partition with the in-progress feature (no new
+        job of anyone else lands on them; running jobs go on). Idempotent."""
+        ...
+
+    def dhc_run(self, cluster: ClusterRecord, targets: Sequence[NodeRecord], checks: Sequence[DeepHealthCheck],
+                nodes: Sequence[NodeRecord], stress_seconds: float) -> Mapping[str, DeepHealthResult]:
+        """Runs ``checks`` on isolated nodes (as Slurm job steps in the reservation); instance id -> result (a node
+        without an answer failed). Never raises for a node that cannot be reached: that node failed."""
+        ...
+
+    def dhc_release(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord], *,
+                    passed: bool) -> None:
+        """Takes the node out of the reservation and partition and clears the feature; a node that failed is drained
+        first (it takes no job before it is replaced). Idempotent."""
         ...

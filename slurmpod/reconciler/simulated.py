@@ -8,10 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.spec import DeepHealthCheck
 from slurmpod.lifecycle.images import Image
 from slurmpod.providers.base import InstanceRequest, ProviderError, TemporaryProviderError
 from slurmpod.providers.simulated import SimulatedProvider
-from slurmpod.reconciler.runtime import NodeBootError
+from slurmpod.reconciler.health import SlurmRequest
+from slurmpod.reconciler.runtime import DeepHealthResult, NodeBootError
 from slurmpod.reconciler.topology import topology_key
 
 SIMULATED_IMAGE_ROOT = "/nonexistent-simulated-image"
@@ -29,6 +31,8 @@ class SimulatedRuntime:
         self.jobs: dict[str, list[str]] = {}
         #: test hook: cluster ids whose health observation blocks until this event is set (a hung scontrol)
         self.hang: dict[str, threading.Event] = {}
+        #: test hook: instance ids whose deep health checks fail
+        self.dhc_fail: set[str] = set()
 
     def set_image_lookup(self, lookup: Callable[[str | None], Image]) -> None:
         return None  # simulated instances have no root filesystem
@@ -92,7 +96,7 @@ class SimulatedRuntime:
     def reboot_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
         self.provider.revive(node.instance_id)
 
-    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
+    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, SlurmRequest]:
         hung = self.hang.get(cluster.cluster_id)
         if hung is not None:
             hung.wait(60)
@@ -115,6 +119,18 @@ class SimulatedRuntime:
 
     def heal_services(self, cluster: ClusterRecord) -> list[tuple[bool, str]]:
         return []  # the simulated runtime has no cluster-level services
+
+    def dhc_isolate(self, cluster: ClusterRecord, targets: Sequence[NodeRecord], nodes: Sequence[NodeRecord]) -> None:
+        return None
+
+    def dhc_run(self, cluster: ClusterRecord, targets: Sequence[NodeRecord], checks: Sequence[DeepHealthCheck],
+                nodes: Sequence[NodeRecord], stress_seconds: float) -> Mapping[str, DeepHealthResult]:
+        return {n.instance_id: DeepHealthResult(False, "simulated deep health check failure (injected)")
+                if n.instance_id in self.dhc_fail else DeepHealthResult(True, "passed") for n in targets}
+
+    def dhc_release(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord], *,
+                    passed: bool) -> None:
+        return None
 
 
 def _is_controller(cluster: ClusterRecord, node: NodeRecord) -> bool:

@@ -58,6 +58,8 @@ class Timeouts:
     health_interval: float = 5.0
     health_observe: float = 120.0  # one cluster's health observation longer than this is reported
     leak_interval: float = 30.0  # clusters not InService are looked at for leaked instances this often
+    dhc_busy: float = 600.0  # an on-demand deep health check skips a node whose jobs run longer than this
+    dhc_stress: float = 5.0  # InstanceStress: seconds of stress-ng per node
 
 
 class WorkPool:

@@ -12,6 +12,7 @@ from slurmpod import ids
 from slurmpod.clock import Clock
 from slurmpod.domain import events as ev
 from slurmpod.domain.continuous import group_busy, initial_group_states, updated_group_states
+from slurmpod.domain.deep_health import HealthCheckTarget
 from slurmpod.domain.legacy import (
     BOTH_MESSAGE,
     PP_FILE,
@@ -33,8 +34,8 @@ from slurmpod.errors import (
     validation_message,
 )
 from slurmpod.lifecycle.images import Image, ImageCatalog, ImageError
+from slurmpod.service import health_checks, slurm_versions
 from slurmpod.service import nodes as node_ops
-from slurmpod.service import slurm_versions
 from slurmpod.service.nodes import NodeDeleteFailure
 from slurmpod.store.protocol import Store
 from slurmpod.store.retry import ClusterWrite, ConflictRetriesExhausted, Retried, retry_on_conflict
@@ -397,6 +398,11 @@ class ClusterService:
     ) -> tuple[list[str], list[NodeDeleteFailure]]:
         """BatchRebootClusterNodes (``reboot``) and BatchReplaceClusterNodes (``replace``): see ``service.nodes``."""
         return node_ops.batch_node_op(self, caller, name_or_arn, node_ids, op)
+
+    def start_health_check(self, caller: Caller, name_or_arn: str,
+                           targets: Sequence[HealthCheckTarget]) -> ClusterRecord:
+        """StartClusterHealthCheck: see ``service.health_checks``."""
+        return health_checks.start_health_check(self, caller, name_or_arn, targets)
 
     def delete(self, caller: Caller, name_or_arn: str) -> ClusterRecord:
         def change(cur: ClusterRecord) -> ClusterWrite | None:

@@ -137,6 +137,9 @@ def render_slurm_conf(topology: SlurmTopology) -> str:
         "SlurmctldParameters=enable_configless",
         "SlurmUser=slurm",
         "AuthType=auth/munge",
+        # a requeued job may start again after cred_expire (Slurm's default 120 s): an auto-resumed GRES job is
+        # requeued, and waits 30 s for its replaced node instead of two minutes
+        "AuthInfo=cred_expire=30",
         "CredType=cred/munge",
         f"SlurmctldPort={SLURMCTLD_PORT}",
         f"SlurmdPort={SLURMD_PORT}",

@@ -30,6 +30,11 @@ from slurmpod.slurm.state import SlurmNode, parse_sinfo_json
 
 SLURM_CONF = "/etc/slurm/slurm.conf"
 CGROUP_CONF = "/etc/slurm/cgroup.conf"
+PLUGSTACK_CONF = "/etc/slurm/plugstack.conf"
+#: SPANK plugins, served to every node by configless Slurm (replacing Debian's include of plugstack.conf.d/*,
+#: which configless does not ship); ``optional``: an image without the plugin still runs srun
+PLUGSTACK = ("# slurmpod: SPANK plugins (configless Slurm serves this file to every node)\n"
+             "optional /usr/lib/slurmpod/spank_auto_resume.so\n")
 #: where AWS's sample lifecycle scripts look for slurm.conf (SPEC §6); a symlink on every node
 OPT_SLURM_CONF = "/opt/slurm/etc/slurm.conf"
 #: slurmd's configless cache link on compute nodes
@@ -250,13 +255,14 @@ def _hostname(runner: CommandRunner) -> str:
 
 
 def write_controller_conf(runner: CommandRunner, conf_text: str, cgroup_text: str) -> None:
-    """slurm.conf + cgroup.conf (+ gres.conf with GresTypes; served to slurmds by configless), StateSaveLocation
-    owned by slurm, log dir, and the /opt/slurm/etc link."""
+    """slurm.conf + cgroup.conf + plugstack.conf (+ gres.conf with GresTypes; served to slurmds by configless),
+    StateSaveLocation owned by slurm, log dir, and the /opt/slurm/etc link."""
     ensure_dir(runner, "/etc/slurm")
     ensure_dir(runner, "/var/log/slurm", 0o755, "slurm")
     state = conf_value(conf_text, "StateSaveLocation") or DEFAULT_STATE_SAVE_LOCATION
     ensure_dir(runner, state, 0o755, "slurm")
     write_file(runner, CGROUP_CONF, cgroup_text.encode(), 0o644)
+    write_file(runner, PLUGSTACK_CONF, PLUGSTACK.encode(), 0o644)
     if conf_value(conf_text, "GresTypes"):  # configless serves it; each node's own lines are included
         write_file(runner, GRES_CONF, render_gres_conf().encode(), 0o644)
     write_file(runner, SLURM_CONF, conf_text.encode(), 0o644)

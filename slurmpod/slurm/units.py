@@ -21,6 +21,7 @@ SYSTEMD_RUN_DIR = "/run/systemd/system"
 SLURMD_UNIT = "/etc/systemd/system/slurmd.service"
 #: the image's pristine unit (with the ${SLURMD_OPTIONS} placeholder), kept before anything renders it
 SLURMD_TEMPLATE = "/etc/slurmpod/slurmd.service.in"
+HEALTH_UNIT = "slurmpod-health.service"  # lifecycle.nodeprograms: a compute node's health agent
 SLURMD_ARGS = "/etc/slurmpod/slurmd.args"
 #: the image's slurmd.service reads SLURMD_OPTIONS from here (the node layer writes that EnvironmentFile line)
 SLURMD_ENV = "/etc/slurmpod/slurmd.env"
@@ -114,9 +115,12 @@ def slurmd_files(node_conf: str | None) -> list[NodeFile]:
 def keep_slurmd_template(runner: CommandRunner, *, compute: bool) -> None:
     """Keeps the image's slurmd.service (with the ``${SLURMD_OPTIONS}`` placeholder) as the template before any
     lifecycle script renders it; a node that is not a compute node has no dynamic-node arguments."""
-    r = control._run(runner, ["sh", "-c", f'grep -qF "$1" {SLURMD_UNIT} || exit 0; test -e {SLURMD_TEMPLATE} '
-                              f'|| {{ mkdir -p /etc/slurmpod && cp -p {SLURMD_UNIT} {SLURMD_TEMPLATE}; }}',
-                              "sh", PLACEHOLDER], timeout=10)
+    # a compute node's health agent: started at boot where its files were on the root volume then, else now
+    agent = (f' && {{ systemctl is-active -q {HEALTH_UNIT} || '
+             f'{{ systemctl daemon-reload && systemctl start {HEALTH_UNIT}; }}; }}' if compute else "")
+    r = control._run(runner, ["sh", "-c", f'( grep -qF "$1" {SLURMD_UNIT} || exit 0; test -e {SLURMD_TEMPLATE} '
+                              f'|| {{ mkdir -p /etc/slurmpod && cp -p {SLURMD_UNIT} {SLURMD_TEMPLATE}; }} ){agent}',
+                              "sh", PLACEHOLDER], timeout=30)
     if r.returncode != 0:
         raise control.SlurmError(f"keeping the image's slurmd.service failed: {r.stderr.strip()[-300:]}")
     if not compute:

@@ -13,6 +13,7 @@ from slurmpod.domain.spec import (
     CapacitySize,
     CapacitySizeType,
     ClusterSpec,
+    DeepHealthCheck,
     DeploymentSpec,
     InstanceGroupSpec,
     NodeProvisioningMode,
@@ -63,7 +64,8 @@ def test_schema_1_spec_moves_wire_members_out_of_extras() -> None:
     assert dict(spec.extras) == {"VpcConfig": {"Subnets": ["s"]}}
     assert spec.node_recovery is NodeRecovery.AUTOMATIC
     g, h = spec.instance_groups
-    assert dict(g.extras) == {"OnStartDeepHealthChecks": ["InstanceStress"]}
+    assert dict(g.extras) == {}  # typed since: OnStartDeepHealthChecks stored in extras is read into its field
+    assert g.deep_health_checks == (DeepHealthCheck.INSTANCE_STRESS,)
     assert g.scheduled_update == ScheduledUpdateSpec(
         "cron(0 3 ? * MON *)", DeploymentSpec(batch=CapacitySize(PCT, 50), wait_seconds=0, rollback_alarms=("a",)))
     assert h.scheduled_update == ScheduledUpdateSpec("rate(1 day)")

@@ -8,7 +8,7 @@ from dataclasses import replace
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import ClusterSpec, InstanceGroupSpec, NodeRecovery, SlurmConfig
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
-from slurmpod.reconciler.health import HealthReport, plan_health
+from slurmpod.reconciler.health import HealthReport, SlurmRequest, plan_health
 
 SPEC = ClusterSpec(name="h", instance_groups=(
     InstanceGroupSpec(name="ctl", instance_count=2, slurm_config=SlurmConfig(NodeType.CONTROLLER)),
@@ -65,10 +65,39 @@ def test_slurmd_gone_counts_only_the_second_time() -> None:
 
 
 def test_slurm_action_requests_become_operations() -> None:
-    plan = _plan(HealthReport(alive=ALL_ALIVE, requests={"i-2": "Replace", "i-3": "Reboot"}))
+    requests = {"i-2": SlurmRequest("Replace"), "i-3": SlurmRequest("Reboot")}
+    plan = _plan(HealthReport(alive=ALL_ALIVE, requests=requests))
     ops = {c.instance_id: c.set_data for c in plan.changes}
     # Replace: a new instance takes over the hostname (plan); Reboot: the same instance, resumed in Slurm
     assert ops == {"i-2": {"op": "replace"}, "i-3": {"op": "reboot", "resume_on_join": True}}
+    assert all(c.fault is None for c in plan.changes)  # an operator's request is no fault
+
+
+def test_health_agent_fault_is_replaced_with_hma_wording_and_counted() -> None:
+    req = SlurmRequest("Replace", "NvidiaGPUUnhealthy", "GPU 0: Xid 79 (GPU has fallen off the bus)")
+    (change,) = _plan(HealthReport(alive=ALL_ALIVE, requests={"i-2": req})).changes
+    assert change.set_data == {"op": "replace"} and change.fault == ("NvidiaGPUUnhealthy", "Replace")
+    (text,) = [e.description for e in change.events]
+    assert "detected fault type NvidiaGPUUnhealthy" in text and "Xid 79" in text and text.endswith(
+        "Repair action: Replace.")
+
+
+def test_health_agent_fault_under_node_recovery_none_is_a_label_said_once() -> None:
+    req = SlurmRequest("Replace", "NvidiaGPUUnhealthy", "GPU 0: Xid 79")
+    manual = _cluster(recovery=NodeRecovery.NONE)
+    (change,) = plan_health(HealthReport(alive=ALL_ALIVE, requests={"i-2": req}), manual, NODES, frozenset(),
+                            frozenset()).changes
+    assert change.set_data == {"fault_labelled": "NvidiaGPUUnhealthy"}  # no op: nothing is replaced
+    assert "NodeRecovery is None" in change.events[0].description
+    labelled = tuple(replace(n, data={"fault_labelled": "NvidiaGPUUnhealthy"}) if n.instance_id == "i-2" else n
+                     for n in NODES)
+    again = plan_health(HealthReport(alive=ALL_ALIVE, requests={"i-2": req}), manual, labelled, frozenset(),
+                        frozenset())
+    assert again.changes == ()
+    # an operator's own Action:Replace still replaces under None
+    (op,) = plan_health(HealthReport(alive=ALL_ALIVE, requests={"i-2": SlurmRequest("Replace")}), manual, NODES,
+                        frozenset(), frozenset()).changes
+    assert op.set_data == {"op": "replace"}
 
 
 def test_controller_down_and_back_notify() -> None:

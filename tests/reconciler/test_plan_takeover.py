@@ -142,3 +142,17 @@ def test_baseline_waits_until_every_controller_has_an_address() -> None:
     assert may_start_baseline(_cluster(), (replace(pending, phases=("launched",)), launched, worker))
     gone = replace(pending, status=InstanceStatus.SHUTTING_DOWN)  # leaving controllers do not count
     assert may_start_baseline(_cluster(), (gone, launched, worker))
+
+
+def test_a_terminated_predecessor_still_hands_over_its_address() -> None:
+    """A replaced node whose instance is already gone keeps its record (``terminated``) until a successor claims
+    its address: a successor planned after a quick termination still gets the name, and boots at once."""
+    gone = _node(3, "work", InstanceStatus.SHUTTING_DOWN, replaced=True, terminated=True)
+    nodes = (_node(1, "ctl"), _node(2, "ctl"), gone)
+    creates = [a for a in _plan(nodes) if isinstance(a, CreateNodes)]
+    assert creates == [CreateNodes("work", 1, (Takeover("10.0.0.13", "i-3", "ip-10-0-0-13", ctl_slot=None),))]
+    successor = replace(_node(4, "work", InstanceStatus.PENDING, address="10.0.0.13", replaces="i-3"), ip=None,
+                        hostname=None, phases=())
+    actions = _plan((*nodes, successor))
+    assert [a for a in actions if isinstance(a, BootNode) and a.instance_id == "i-4"]  # no live holder
+    assert [a for a in actions if isinstance(a, RemoveNode) and a.instance_id == "i-3"]  # the record goes now

@@ -19,6 +19,7 @@ from slurmpod.domain.spec import (
     CapacitySize,
     CapacitySizeType,
     ClusterSpec,
+    DeepHealthCheck,
     DeploymentSpec,
     InstanceGroupSpec,
     LifeCycleConfig,
@@ -96,9 +97,9 @@ def make_spec(name: str = "alpha") -> ClusterSpec:
                 scheduled_update=ScheduledUpdateSpec("cron(0 3 ? * MON *)", DeploymentSpec(
                     batch=CapacitySize(CapacitySizeType.CAPACITY_PERCENTAGE, 50), wait_seconds=0,
                     rollback_alarms=("a1",))),
+                deep_health_checks=(DeepHealthCheck.INSTANCE_STRESS, DeepHealthCheck.INSTANCE_CONNECTIVITY),
                 extras={
                     "InstanceStorageConfigs": [{"EbsVolumeConfig": {"VolumeSizeInGB": 500}}],
-                    "OnStartDeepHealthChecks": ["InstanceStress", "InstanceConnectivity"],
                 },
             ),
             InstanceGroupSpec(name="bare", instance_count=0),

@@ -64,6 +64,7 @@ class HostRecord:
     key: str
     host_key: str = ""
     allow_reboot: bool = False
+    allow_faults: bool = False  # ``slurmpod faults inject`` may break this machine (rehearsals)
     apt_install: bool = False
     cluster_id: str | None = None
     instance_id: str | None = None

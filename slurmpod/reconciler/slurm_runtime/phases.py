@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.spec import InstanceGroupSpec, LifeCycleConfig
 from slurmpod.domain.status import NodeType
+from slurmpod.lifecycle import nodeprograms
 from slurmpod.lifecycle.logstreams import lifecycle_stream
 from slurmpod.lifecycle.resource_config import (
     PROVISIONING_PARAMETERS_NAME,
@@ -86,12 +87,14 @@ def launched(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
 AUTHORIZED_KEYS = "/root/.ssh/authorized_keys"
 
 
-def boot_files(rt: SlurmRuntime, cluster: ClusterRecord) -> list[NodeFile]:
+def boot_files(rt: SlurmRuntime, cluster: ClusterRecord, group: InstanceGroupSpec) -> list[NodeFile]:
     """What every node of ``cluster`` gets before anything runs in it: the munge key (the image's munge.service
-    starts on it at first boot), the cluster's root SSH key, log rotation and provisioning_parameters.json. The
+    starts on it at first boot), the cluster's root SSH key, log rotation, provisioning_parameters.json and
+    slurmpod's node programs (a compute node also the health agent's configuration, so the agent runs there). The
     provider places them on a new root volume when it can (``InstanceRequest.files``); ``baseline`` writes them
     again in one command either way."""
     private, public = rt.files.ssh_key(cluster.cluster_id)
+    compute = [nodeprograms.health_config()] if group.node_type in (NodeType.COMPUTE, None) else []
     return [
         control.munge_key_file(rt.munge_key(cluster.cluster_id)),
         NodeFile("/root/.ssh/id_ed25519", private, 0o600),
@@ -99,6 +102,8 @@ def boot_files(rt: SlurmRuntime, cluster: ClusterRecord) -> list[NodeFile]:
         NodeFile(AUTHORIZED_KEYS, public, 0o600),
         NodeFile("/etc/logrotate.d/slurmpod", LOGROTATE, 0o644),
         NodeFile(PROVISIONING_PARAMETERS_PATH, provisioning_parameters_json(cluster).encode(), 0o644),
+        *nodeprograms.program_files(),
+        *compute,
     ]
 
 
@@ -112,7 +117,7 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     r = rt.runner(cluster, node)
     image = rt.image_lookup(node.image_id)
     node_conf = compute_node_conf(group) if group.node_type in (NodeType.COMPUTE, None) else None
-    files = [*boot_files(rt, cluster),
+    files = [*boot_files(rt, cluster, group),
              NodeFile(RESOURCE_CONFIG_PATH, resource_config(cluster, nodes).encode(), 0o644),
              NodeFile("/etc/slurmpod/image", f"{image.image_id} {image.release}\n".encode(), 0o644)]
     systemd = units.uses_systemd(r)

@@ -3,6 +3,7 @@ liveness per node, and restoring the cluster's accounting host. Every command is
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.status import InstanceStatus
 from slurmpod.providers.base import ProviderError
+from slurmpod.reconciler.health import SlurmRequest
 from slurmpod.reconciler.slurm_runtime.membership import slurm_name
 from slurmpod.slurm import control
 
@@ -17,10 +19,22 @@ if TYPE_CHECKING:
     from slurmpod.reconciler.slurm_runtime.runtime import SlurmRuntime
 
 ACTIONS = ("Replace", "Reboot")
+#: the health agent's record of what it saw (slurmpod/node/health_agent.py STATE_FILE)
+AGENT_STATE = "/run/slurmpod/health.json"
 
 
-def slurm_requests(rt: SlurmRuntime, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
-    """``scontrol update node=X state=fail reason="Action:Replace"`` on an idle node: instance id -> action."""
+def requested_action(reason: str | None) -> str | None:
+    """``Replace``/``Reboot`` for HyperPod's exact reasons ``Action:Replace``/``Action:Reboot`` (case-sensitive; no
+    spaces, no punctuation around them), None for any other reason."""
+    for action in ACTIONS:
+        if reason == f"Action:{action}":
+            return action
+    return None
+
+
+def slurm_requests(rt: SlurmRuntime, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, SlurmRequest]:
+    """Nodes with reason ``Action:Replace``/``Action:Reboot``: set to FAIL once their jobs have ended (drain, then
+    act), or DOWN (act now: Slurm killed their jobs). Each request says whether the node's health agent made it."""
     primary = rt.primary(cluster, nodes)
     if primary is None:
         return {}
@@ -28,16 +42,28 @@ def slurm_requests(rt: SlurmRuntime, cluster: ClusterRecord, nodes: Sequence[Nod
         states = {n.name: n for n in control.SlurmControl(primary).nodes()}
     except (control.SlurmError, ProviderError):
         return {}
-    out: dict[str, str] = {}
+    out: dict[str, SlurmRequest] = {}
     for n in nodes:
         sn = states.get(n.hostname or "")
-        if sn is None or not sn.is_failed() or sn.has_jobs():
+        if sn is None or not (sn.is_failed() and not sn.has_jobs() or sn.is_down()):
             continue
-        reason = (sn.reason or "").strip()
-        for action in ACTIONS:
-            if reason.lower().startswith(f"action:{action.lower()}"):
-                out[n.instance_id] = action
+        action = requested_action((sn.reason or "").strip() if sn.reason else None)
+        if action is not None:
+            out[n.instance_id] = _agent_request(rt, cluster, n, action, sn.reason or "")
     return out
+
+
+def _agent_request(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, action: str, reason: str
+                   ) -> SlurmRequest:
+    """The request, with the fault when the node's health agent set this very reason (its state file says so)."""
+    try:
+        r = rt.runner(cluster, node).run(["cat", AGENT_STATE], timeout=10)
+        mark = json.loads(r.stdout).get("fault") if r.returncode == 0 else None
+    except (ProviderError, ValueError, AttributeError):
+        mark = None
+    if isinstance(mark, dict) and mark.get("reason") == reason and not mark.get("left_alone"):
+        return SlurmRequest(action, str(mark.get("fault") or "HealthCheckFailed"), str(mark.get("detail") or ""))
+    return SlurmRequest(action)
 
 
 def unreachable(rt: SlurmRuntime, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> set[str]:

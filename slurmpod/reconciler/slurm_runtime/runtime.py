@@ -10,9 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from slurmpod.domain import deep_health as dh
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.slurm_release import is_major_upgrade
-from slurmpod.domain.spec import ClusterSpec
+from slurmpod.domain.spec import ClusterSpec, DeepHealthCheck
 from slurmpod.domain.status import InstanceStatus, NodeType, UpdatePhase
 from slurmpod.lifecycle.images import Image
 from slurmpod.lifecycle.logstreams import LogStreams
@@ -27,9 +28,10 @@ from slurmpod.providers.base import (
 )
 from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.accounting import AccountingService, ExternalDatabase
+from slurmpod.reconciler.health import SlurmRequest
 from slurmpod.reconciler.plan import controller_slot
-from slurmpod.reconciler.runtime import NodeBootError
-from slurmpod.reconciler.slurm_runtime import gpus, membership, phases, probes, reconfigure
+from slurmpod.reconciler.runtime import DeepHealthResult, NodeBootError
+from slurmpod.reconciler.slurm_runtime import deep_health, gpus, membership, phases, probes, reconfigure
 from slurmpod.reconciler.slurm_runtime.files import ClusterFiles
 from slurmpod.reconciler.topology import topology_key
 from slurmpod.security.secrets import DatabaseCredentials, SecretError
@@ -208,7 +210,7 @@ class SlurmRuntime:
             # served by the node's instance metadata (IMDS) as on EC2
             metadata={"region": cluster.region, "availability-zone": f"{cluster.region}a",
                       "account-id": cluster.account_id},
-            files=tuple(phases.boot_files(self, cluster)),
+            files=tuple(phases.boot_files(self, cluster, group)),
         )
 
     # ---- the ClusterRuntime protocol ----------------------------------------------------------------
@@ -237,6 +239,11 @@ class SlurmRuntime:
         return reconfigure.apply_topology(self, cluster, nodes)
 
     def remove_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
+        if dh.request_of(node) is not None and "daemons" in node.phases:
+            try:  # removed in the middle of a check: out of the reservation first
+                deep_health.release(self, cluster, node, nodes, passed=True)
+            except (control.SlurmError, ProviderError) as exc:
+                log.warning("node %s: leaving the deep health check reservation failed: %s", node.instance_id, exc)
         membership.remove_node(self, cluster, node, nodes)
 
     def drain(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord], reason: str) -> bool:
@@ -259,7 +266,7 @@ class SlurmRuntime:
     def reboot_node(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]) -> None:
         membership.reboot_node(self, cluster, node, nodes)
 
-    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, str]:
+    def slurm_requests(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, SlurmRequest]:
         return probes.slurm_requests(self, cluster, nodes)
 
     def unreachable(self, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> set[str]:
@@ -276,6 +283,17 @@ class SlurmRuntime:
 
     def terminate_instance(self, cluster: ClusterRecord, instance_id: str) -> None:
         self.provider.terminate(cluster.cluster_id, instance_id)
+
+    def dhc_isolate(self, cluster: ClusterRecord, targets: Sequence[NodeRecord], nodes: Sequence[NodeRecord]) -> None:
+        deep_health.isolate(self, cluster, targets, nodes)
+
+    def dhc_run(self, cluster: ClusterRecord, targets: Sequence[NodeRecord], checks: Sequence[DeepHealthCheck],
+                nodes: Sequence[NodeRecord], stress_seconds: float) -> Mapping[str, DeepHealthResult]:
+        return deep_health.run(self, cluster, targets, checks, nodes, stress_seconds)
+
+    def dhc_release(self, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord], *,
+                    passed: bool) -> None:
+        deep_health.release(self, cluster, node, nodes, passed=passed)
 
     def teardown_cluster(self, cluster: ClusterRecord) -> None:
         if self.accounting is not None:

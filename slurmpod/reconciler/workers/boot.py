@@ -11,6 +11,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from slurmpod.domain import deep_health as dh
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import PHASES, ClusterRecord, NodeRecord
 from slurmpod.domain.status import InstanceStatus
@@ -121,12 +122,21 @@ def boot(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
         if done is None or fresh is None or done.status != InstanceStatus.PENDING:
             return None
         cluster = fresh
+    group = cluster.spec.group(done.group)
+    check = dh.on_start_request(group, ctx.clock.now()) if group is not None else None
+    provisioned = ctx.event(cluster, ev.instance_provisioned(cluster.name, done.group, instance_id))
     try:
-        ctx.store.update_node(node_to(done, InstanceStatus.RUNNING, message=None),
-                              [ctx.event(cluster, ev.instance_provisioned(cluster.name, done.group, instance_id))])
+        if check is not None:  # OnStartDeepHealthChecks: checked before it takes jobs (workers.deep_health)
+            ctx.store.update_node(node_to(done, InstanceStatus.DEEP_HEALTH_CHECK_IN_PROGRESS, message=None,
+                                          data=dh.with_request(done.data, check)),
+                                  [provisioned, ctx.event(cluster, ev.dhc_started(
+                                      done.group, instance_id, [c.value for c in check.checks]))])
+        else:
+            ctx.store.update_node(node_to(done, InstanceStatus.RUNNING, message=None), [provisioned])
     except VersionConflict:
         return None  # changed meanwhile (e.g. being deleted): the next pass plans from the stored record
-    log.info("node %s (%s %s): Pending -> Running", instance_id, done.group, done.hostname)
+    log.info("node %s (%s %s): Pending -> %s", instance_id, done.group, done.hostname,
+             "DeepHealthCheckInProgress" if check is not None else "Running")
     return None
 
 

@@ -5,7 +5,8 @@ while it still runs jobs the removal is parked and looked at again each pass, fo
 drain may take (``Timeouts.drain``). Jobs still running then are ended, and an event names them: removal never
 ends a job silently. A dead instance (its jobs died with it), a cluster being deleted (DeleteCluster ends all
 of its jobs) and a failed creation being released do not wait. The record is deleted only after the provider
-terminated the instance.
+terminated the instance, and a replaced node's only once its successor claimed its address (the plan reads the
+address from the record: a successor planned after a quick termination would otherwise get a new one).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import logging
 from dataclasses import replace
 
 from slurmpod.domain import events as ev
-from slurmpod.domain.model import ClusterRecord
-from slurmpod.domain.status import ClusterStatus
+from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.status import ClusterStatus, NodeType
 from slurmpod.domain.transitions import cluster_to
 from slurmpod.reconciler import plan as p
 from slurmpod.reconciler.work import Context, Park
@@ -40,6 +41,10 @@ def remove(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
     rt = ctx.runtime
     step = node.data.get("remove_step")
     stays = _cluster_stays(cluster)
+    if node.data.get("terminated"):  # gone already: the record waits for its successor
+        if not (stays and _successor_pending(cluster, node, ctx.store.list_nodes(cluster_id))):
+            ctx.store.delete_node(instance_id)
+        return None
     if step is None and stays and "daemons" in node.phases:
         nodes = ctx.store.list_nodes(cluster_id)
         jobs = list(rt.running_jobs(cluster, node, nodes))
@@ -61,9 +66,28 @@ def remove(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
                                                        removal=True))
             log.warning("node %s: removal ends jobs %s after %.0f s", instance_id, jobs, ctx.timeouts.drain)
     rt.remove_node(cluster, node, ctx.store.node_view(cluster_id))  # node_view: read only if looked at
-    ctx.store.delete_node(instance_id)
     log.info("node %s (%s): ShuttingDown -> terminated", instance_id, node.group)
+    if stays and _successor_pending(cluster, node, ctx.store.list_nodes(cluster_id)):
+        # the record carries the address its successor takes over: kept (terminated) until one claims it
+        ctx.save_node(replace(node, data={**node.data, "terminated": True}))
+        return None
+    ctx.store.delete_node(instance_id)
     return None
+
+
+def _successor_pending(cluster: ClusterRecord, node: NodeRecord, nodes: list[NodeRecord]) -> bool:
+    """Whether ``node``'s successor is still to take over its address: the group wants another node and none of
+    its nodes holds or claims the address yet (planning reads the address from this record)."""
+    group = cluster.spec.group(node.group)
+    if group is None or not node.ip:
+        return False
+    is_ctl = group.node_type == NodeType.CONTROLLER
+    if not p.replaced_by_successor(node, is_ctl):
+        return False
+    mine = [n for n in nodes if n.group == node.group and n.active]
+    if any(n.ip == node.ip or n.data.get("address") == node.ip for n in mine):
+        return False
+    return len(mine) < group.instance_count
 
 
 def finish_delete(ctx: Context, cluster_id: str) -> Park | None:
