@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurmpod.api.pagination import epoch, paginate
+from slurmpod.domain import deep_health as dh
 from slurmpod.domain.model import ClusterRecord, GroupScaling
 from slurmpod.domain.operations import OperationRecord, operation_status
 from slurmpod.domain.status import InstanceStatus
@@ -45,11 +46,21 @@ def batch_add_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -> d
 # ---- ListClusterOperations / DescribeClusterOperation ----------------------------------------------------
 
 
-def _summary(op: OperationRecord, rec: ClusterRecord) -> dict[str, Any]:
+def _running(svc: ClusterService, rec: ClusterRecord) -> frozenset[str]:
+    """Operation ids the cluster's nodes still work on (deep health checks)."""
+    out = set()
+    for n in svc.nodes(rec):
+        req = dh.request_of(n)
+        if req is not None and req.operation_id:
+            out.add(req.operation_id)
+    return frozenset(out)
+
+
+def _summary(op: OperationRecord, rec: ClusterRecord, running: frozenset[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"OperationId": op.operation_id, "ClusterArn": rec.arn}
     if op.type is not None:  # the model has no type for software updates, deletions, other updates
         out["Type"] = op.type.value
-    out["Status"] = operation_status(op, rec).value
+    out["Status"] = operation_status(op, rec, running).value
     out["CreationTime"] = op.creation_time
     return out
 
@@ -68,15 +79,16 @@ def list_cluster_operations(svc: ClusterService, caller: Caller, p: Params) -> d
         items = [o for o in items if o.creation_time < epoch(before)]
     if p.get("Type"):
         items = [o for o in items if o.type is not None and o.type.value == p["Type"]]
+    running = _running(svc, rec)
     if p.get("Status"):
-        items = [o for o in items if operation_status(o, rec).value == p["Status"]]
+        items = [o for o in items if operation_status(o, rec, running).value == p["Status"]]
     filters = {"Cluster": rec.cluster_id,
                **{k: p.get(k) for k in ("Status", "Type", "CreationTimeAfter", "CreationTimeBefore", "SortBy",
                                          "SortOrder")}}
     page, token = paginate(items, lambda o: (o.creation_time, o.operation_id),
                            descending=p.get("SortOrder", "Descending") == "Descending",
                            max_results=p.get("MaxResults"), next_token=p.get("NextToken"), filters=filters)
-    out: dict[str, Any] = {"ClusterOperationSummaries": [_summary(o, rec) for o in page]}
+    out: dict[str, Any] = {"ClusterOperationSummaries": [_summary(o, rec, running) for o in page]}
     if token:
         out["NextToken"] = token
     return out
@@ -87,7 +99,7 @@ def describe_cluster_operation(svc: ClusterService, caller: Caller, p: Params) -
     op = next((o for o in svc.store.list_operations(rec.cluster_id) if o.operation_id == p["OperationId"]), None)
     if op is None:
         raise ResourceNotFound(f"Operation {p['OperationId']} not found in cluster {rec.name}.")
-    out = _summary(op, rec)
+    out = _summary(op, rec, _running(svc, rec))
     if op.scaling:
         status = out["Status"]
         out["ScalingDetails"] = [

@@ -153,7 +153,12 @@ def operation_started(old: ClusterRecord | None, new: ClusterRecord, now: float,
     return OperationRecord(new.operation_id, new.cluster_id, kind, now, scaling)
 
 
-def operation_status(op: OperationRecord, cluster: ClusterRecord) -> OperationStatus:
+def operation_status(op: OperationRecord, cluster: ClusterRecord,
+                     running: frozenset[str] = frozenset()) -> OperationStatus:
+    """``running``: operation ids nodes still work on (a deep health check runs on its nodes while the
+    cluster stays InService and may start other operations)."""
+    if op.operation_id in running:
+        return OperationStatus.IN_PROGRESS
     if op.superseded:
         return OperationStatus.SUPERSEDED
     if op.operation_id == cluster.operation_id and cluster_busy(cluster):

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from slurmpod import ids
+from slurmpod.domain.operations import OperationKind
 from slurmpod.domain import deep_health as dh
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import ClusterRecord, NodeRecord
@@ -87,7 +88,8 @@ def start_health_check(svc: ClusterService, caller: Caller, name_or_arn: str,
         drafts = [ev.dhc_requested(cur.name, t.group, [c.value for c in t.checks],
                                    sum(1 for _, x in chosen if x.group == t.group)) for t in merged]
         upd = replace(cur, operation_id=op)
-        return ClusterWrite(upd, [ev.finish(d, upd, ids.new_event_id(), now) for d in drafts], changed_nodes=changed)
+        return ClusterWrite(upd, [ev.finish(d, upd, ids.new_event_id(), now) for d in drafts], changed_nodes=changed,
+                            operation_kind=OperationKind.HEALTH_CHECK)
 
     stored = svc.retry_cluster(caller, name_or_arn, change).record
     svc.wake()

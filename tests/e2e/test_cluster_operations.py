@@ -251,3 +251,16 @@ def test_aws_cli(srv: RunningServer, tmp_path: Path) -> None:
                "InstanceGroupName=compute-group,IncrementTargetCountBy=1", ok=False)
     assert "(ValidationException)" in err and "NodeProvisioningMode set to Continuous" in err
     _wait_ops_done(srv.client(), CONT)
+
+
+def test_health_check_is_a_deep_health_check_operation(srv: RunningServer) -> None:
+    c = srv.client()
+    _wait_ops_done(c, PLAIN)
+    c.start_cluster_health_check(ClusterName=PLAIN, DeepHealthCheckConfigurations=[
+        {"InstanceGroupName": "compute-group", "DeepHealthChecks": ["InstanceStress"]}])
+    ops = c.list_cluster_operations(ClusterName=PLAIN, Type="DeepHealthCheck")["ClusterOperationSummaries"]
+    assert len(ops) == 1
+    events = c.list_cluster_events(ClusterName=PLAIN, OperationId=ops[0]["OperationId"])["Events"]
+    assert events
+    done = _wait_ops_done(c, PLAIN, timeout=60)
+    assert {o["OperationId"]: o["Status"] for o in done}[ops[0]["OperationId"]] == "Done"
