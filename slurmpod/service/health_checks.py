@@ -14,10 +14,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from slurmpod import ids
-from slurmpod.domain.operations import OperationKind
 from slurmpod.domain import deep_health as dh
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.operations import OperationKind
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
 from slurmpod.errors import ConflictException, ValidationException, validation_message
 from slurmpod.store.retry import ClusterWrite
