@@ -89,3 +89,7 @@ def validation_message(findings: list[str]) -> str:
 
 class VersionConflict(Exception):
     """A store write lost an optimistic-concurrency race; the caller re-reads and retries."""
+
+
+class ClientTokenTaken(Exception):
+    """A write claimed a ClientToken another request holds (the whole write is rolled back)."""

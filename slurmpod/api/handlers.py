@@ -6,35 +6,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from slurmpod.api import operations
 from slurmpod.api import translate as tr
 from slurmpod.api.events import describe_cluster_event, list_cluster_events
-from slurmpod.api.pagination import decode_token, encode_token, paginate
+from slurmpod.api.pagination import decode_token, encode_token, epoch, paginate
 from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.status import ImageVersionStatus
 from slurmpod.domain.views import current_count, group_status
-from slurmpod.errors import ValidationException
+from slurmpod.errors import ValidationException, validation_message
 from slurmpod.service.clusters import Caller, ClusterService
 
 Params = Mapping[str, Any]
 Handler = Callable[[ClusterService, Caller, Params], dict[str, Any]]
 
 BUILTIN_IMAGE_FALLBACK = "ami-00000000000000000"
-
-
-def epoch(value: Any) -> float:
-    """A modeled timestamp (epoch number or ISO-8601 string, already shape-checked) as epoch seconds."""
-    from datetime import UTC, datetime
-
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip().replace("Z", "+00:00").replace("z", "+00:00")
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise ValidationException(f"Value '{value}' is not a valid timestamp.") from exc
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
 
 
 def _desired_image(svc: ClusterService, rec: ClusterRecord, group: str) -> str:
@@ -81,12 +66,20 @@ def _group_image(svc: ClusterService, rec: ClusterRecord, group: str, nodes: lis
     )
 
 
+def _slurm_group_check(p: Params) -> None:
+    findings = tr.slurm_group_findings(p.get("InstanceGroups"))
+    if findings:
+        raise ValidationException(validation_message(findings))
+
+
 def create_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    _slurm_group_check(p)
     rec = svc.create(caller, tr.spec_from_create(p))
     return {"ClusterArn": rec.arn}
 
 
 def update_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
+    _slurm_group_check(p)
     cur = svc.resolve(caller, p["ClusterName"])
     requested, orchestrator_given = tr.spec_from_update(p, cur.spec)
     rec = svc.update(
@@ -320,4 +313,5 @@ HANDLERS: dict[str, Handler] = {
     "BatchDeleteClusterNodes": batch_delete_cluster_nodes,
     "ListClusterEvents": list_cluster_events,
     "DescribeClusterEvent": describe_cluster_event,
+    **operations.HANDLERS,
 }

@@ -62,3 +62,19 @@ def paginate(
     page = ordered[:limit]
     token = encode_token(sort_key(page[-1]), filters) if len(ordered) > limit else None
     return page, token
+
+
+def epoch(value: Any) -> float:
+    """A modeled timestamp (epoch number or ISO-8601 string, already shape-checked) as epoch seconds."""
+    from datetime import UTC, datetime
+
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip().replace("Z", "+00:00").replace("z", "+00:00")
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValidationException(f"Value '{value}' is not a valid timestamp.") from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()

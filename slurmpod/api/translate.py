@@ -47,6 +47,31 @@ _NODE_ECHO = ("OverrideVpcConfig", "InstanceStorageConfigs", "KubernetesConfig",
 _CLUSTER_ECHO = ("VpcConfig", "RestrictedInstanceGroups", "TieredStorageConfig", "ClusterRole", "AutoScaling")
 
 
+def slurm_group_findings(groups: Any) -> list[str]:
+    """Instance-group members a Slurm cluster on slurmpod cannot honour (refused before anything is stored):
+    AutoPatchConfig's DrainFirst strategy and DrainPolicy are EKS-only on HyperPod; the other strategies would need
+    automatic patch releases, which slurmpod does not make (ScheduledUpdateConfig and UpdateClusterSoftware do);
+    CapacityRequirements.Spot needs a Spot market no slurmpod provider has (OnDemand is what every node is)."""
+    out: list[str] = []
+    for g in groups if isinstance(groups, list) else ():
+        if not isinstance(g, Mapping):
+            continue
+        name = g.get("InstanceGroupName")
+        patch = g.get("AutoPatchConfig")
+        if isinstance(patch, Mapping):
+            if patch.get("PatchingStrategy") == "DrainFirst" or "DrainPolicy" in patch:
+                out.append(f"Instance group {name}: AutoPatchConfig PatchingStrategy DrainFirst and DrainPolicy are "
+                           "available only for clusters that use Amazon EKS as the orchestrator.")
+            else:
+                out.append(f"Instance group {name}: slurmpod does not implement AutoPatchConfig (automatic patch "
+                           "releases); use ScheduledUpdateConfig or UpdateClusterSoftware.")
+        capacity = g.get("CapacityRequirements")
+        if isinstance(capacity, Mapping) and "Spot" in capacity:
+            out.append(f"Instance group {name}: CapacityRequirements.Spot is not available: slurmpod's providers "
+                       "have no Spot capacity (use OnDemand, or omit CapacityRequirements).")
+    return out
+
+
 # ---- deployment, schedule, tags ------------------------------------------------------------------------
 # Echoed with their members in sorted order: the order the stored (sort_keys) wire dicts had before these
 # members were typed, so DescribeCluster's bytes are unchanged.

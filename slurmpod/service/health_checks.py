@@ -17,6 +17,7 @@ from slurmpod import ids
 from slurmpod.domain import deep_health as dh
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.operations import OperationKind
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType
 from slurmpod.errors import ConflictException, ValidationException, validation_message
 from slurmpod.store.retry import ClusterWrite
@@ -87,7 +88,8 @@ def start_health_check(svc: ClusterService, caller: Caller, name_or_arn: str,
         drafts = [ev.dhc_requested(cur.name, t.group, [c.value for c in t.checks],
                                    sum(1 for _, x in chosen if x.group == t.group)) for t in merged]
         upd = replace(cur, operation_id=op)
-        return ClusterWrite(upd, [ev.finish(d, upd, ids.new_event_id(), now) for d in drafts], changed_nodes=changed)
+        return ClusterWrite(upd, [ev.finish(d, upd, ids.new_event_id(), now) for d in drafts], changed_nodes=changed,
+                            operation_kind=OperationKind.HEALTH_CHECK)
 
     stored = svc.retry_cluster(caller, name_or_arn, change).record
     svc.wake()

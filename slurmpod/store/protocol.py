@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.operations import ClientTokenRecord, OperationKind, OperationRecord
 from slurmpod.domain.status import InstanceStatus
 
 __all__ = ["ClusterRepo", "EventRepo", "NodeRepo", "SettingsRepo", "Store"]
@@ -50,10 +51,23 @@ class ClusterRepo(Protocol):
         *,
         new_nodes: Iterable[NodeRecord] = (),
         changed_nodes: Iterable[NodeRecord] = (),
+        operation_kind: OperationKind | None = None,
+        client_token: ClientTokenRecord | None = None,
     ) -> ClusterRecord:
         """Writes ``rec``, node inserts, version-checked node updates and events in one transaction if the
         stored version is still ``rec.version`` (else ``VersionConflict``, nothing written); returns the
-        stored record (``version + 1``)."""
+        stored record (``version + 1``). A new ``rec.operation_id`` records that operation in the same
+        transaction (kind ``operation_kind`` when given); ``client_token`` is bound in it too
+        (``ClientTokenTaken``, nothing written, when a live binding of the token exists)."""
+        ...
+
+    def list_operations(self, cluster_id: str) -> list[OperationRecord]:
+        """The cluster's operations, oldest first."""
+        ...
+
+    def get_client_token(self, account_id: str, region: str, operation: str, token: str,
+                         now: float) -> ClientTokenRecord | None:
+        """The live binding of a ClientToken, or None."""
         ...
 
     def delete_cluster(self, cluster_id: str) -> None:

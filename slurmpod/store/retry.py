@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.operations import ClientTokenRecord, OperationKind
 from slurmpod.errors import VersionConflict
 from slurmpod.store.protocol import ClusterRepo
 
@@ -32,12 +34,16 @@ class ConflictRetriesExhausted(Exception):
 @dataclass(frozen=True)
 class ClusterWrite:
     """What a change function wants written in one transaction: ``record`` (still carrying the version it was
-    read at), its events, and node inserts and version-checked node updates."""
+    read at), its events, and node inserts and version-checked node updates; ``operation_kind`` names the
+    operation a new operation id starts (else the store reads it from the records), ``client_token`` binds the
+    request's ClientToken in the same transaction."""
 
     record: ClusterRecord
     events: Sequence[EventRecord] = ()
     new_nodes: Sequence[NodeRecord] = ()
     changed_nodes: Sequence[NodeRecord] = ()
+    operation_kind: OperationKind | None = None
+    client_token: ClientTokenRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -71,9 +77,14 @@ def retry_on_conflict(
         write = change(current)
         if write is None:
             return Retried(current, None)
+        extra: dict[str, Any] = {}
+        if write.operation_kind is not None:
+            extra["operation_kind"] = write.operation_kind
+        if write.client_token is not None:
+            extra["client_token"] = write.client_token
         try:
             stored = store.update_cluster(write.record, write.events, new_nodes=write.new_nodes,
-                                          changed_nodes=write.changed_nodes)
+                                          changed_nodes=write.changed_nodes, **extra)
         except VersionConflict:
             continue
         return Retried(current, stored)

@@ -19,8 +19,10 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.operations import ClientTokenRecord, OperationKind, OperationRecord
 from slurmpod.domain.status import InstanceStatus
 from slurmpod.errors import ResourceInUse, VersionConflict
+from slurmpod.store import operations as ops
 from slurmpod.store.audit import AuditLog
 from slurmpod.store.engine import make_engine, migrate
 from slurmpod.store.rows import (
@@ -108,6 +110,7 @@ class SqlStore:
             with self._begin() as conn:
                 conn.execute(insert(clusters).values(**cluster_values(rec)))
                 self._insert_events(conn, initial_events)
+                ops.record_operation(conn, None, rec, initial_events)
         except IntegrityError as exc:
             raise ResourceInUse(f"Cluster {rec.name} already exists.") from exc
 
@@ -154,11 +157,16 @@ class SqlStore:
         *,
         new_nodes: Iterable[NodeRecord] = (),
         changed_nodes: Iterable[NodeRecord] = (),
+        operation_kind: OperationKind | None = None,
+        client_token: ClientTokenRecord | None = None,
     ) -> ClusterRecord:
         """Writes ``rec`` (plus node inserts and version-checked node updates) in one transaction if the
-        stored version is still ``rec.version``; returns the stored record."""
+        stored version is still ``rec.version``; returns the stored record. A new ``rec.operation_id`` records
+        the operation (of ``operation_kind``, else the kind the records show); ``client_token`` is bound in the
+        same transaction (``ClientTokenTaken``, nothing written, when a live binding holds it)."""
         stored = replace(rec, version=rec.version + 1)
         with self._begin() as conn:
+            previous = ops.previous_cluster(conn, rec)
             res = conn.execute(
                 update(clusters)
                 .where(and_(clusters.c.cluster_id == rec.cluster_id, clusters.c.version == rec.version))
@@ -171,13 +179,30 @@ class SqlStore:
             for n in changed_nodes:
                 self._update_node(conn, n)
             self._insert_events(conn, new_events)
+            if previous is not False:
+                ops.record_operation(conn, previous if isinstance(previous, ClusterRecord) else None, stored,
+                                     new_events, operation_kind)
+            if client_token is not None:
+                ops.claim_token(conn, client_token)
         return stored
+
+    # ---- operations and client tokens -------------------------------------------------------------
+
+    def list_operations(self, cluster_id: str) -> list[OperationRecord]:
+        with self.engine.connect() as conn:
+            return ops.list_operations(conn, cluster_id)
+
+    def get_client_token(self, account_id: str, region: str, operation: str, token: str,
+                         now: float) -> ClientTokenRecord | None:
+        with self.engine.connect() as conn:
+            return ops.get_token(conn, account_id, region, operation, token, now)
 
     def delete_cluster(self, cluster_id: str) -> None:
         """Removes the cluster, its nodes and its events."""
         with self._begin() as conn:
             conn.execute(delete(nodes).where(nodes.c.cluster_id == cluster_id))
             conn.execute(delete(events).where(events.c.cluster_id == cluster_id))
+            ops.delete_cluster_rows(conn, cluster_id)
             conn.execute(delete(clusters).where(clusters.c.cluster_id == cluster_id))
 
     # ---- nodes ----------------------------------------------------------------------------------

@@ -121,3 +121,30 @@ audit_events = Table(
     Column("detail", Text, nullable=False),
     Index("ix_audit_events_account_time", "account_id", "region", "event_time"),
 )
+
+# cluster operations (ListClusterOperations / DescribeClusterOperation): one row per operation id a cluster had
+cluster_operations = Table(
+    "cluster_operations",
+    metadata,
+    Column("operation_id", String(64), primary_key=True),
+    Column("cluster_id", String(12), primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("creation_time", Float, nullable=False),
+    Column("superseded", Boolean, nullable=False, default=False),
+    Column("details", Text, nullable=False, default="{}"),
+    Index("ix_cluster_operations_cluster_id", "cluster_id", "creation_time"),
+)
+
+# idempotency tokens (ClientToken) of accepted requests, with what they answered
+client_tokens = Table(
+    "client_tokens",
+    metadata,
+    Column("account_id", String(12), primary_key=True),
+    Column("region", String(32), primary_key=True),
+    Column("operation", String(64), primary_key=True),
+    Column("token", String(64), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("cluster_id", String(12), nullable=False),
+    Column("result", Text, nullable=False),
+    Column("created", Float, nullable=False),
+)

@@ -382,6 +382,60 @@ MODEL_CASES: list[Case] = [
          "1 validation error detected: Value '[n0x, n1x, ", "prefix"),
 ]
 
+NEWER_OP_CASES: list[Case] = [
+    Case("batch-add-not-continuous", SM + "BatchAddClusterNodes",
+         {"ClusterName": EXISTING, "NodesToAdd": [{"InstanceGroupName": "compute-group", "IncrementTargetCountBy": 1}]},
+         "ValidationException",
+         "BatchAddClusterNodes is only supported for cluster with NodeProvisioningMode set to Continuous"),
+    Case("batch-add-no-nodes", SM + "BatchAddClusterNodes", {"ClusterName": EXISTING, "NodesToAdd": []},
+         "ValidationException", "Member must have length greater than or equal to 1", match="contains"),
+    Case("batch-add-zero", SM + "BatchAddClusterNodes",
+         {"ClusterName": EXISTING, "NodesToAdd": [{"InstanceGroupName": "compute-group", "IncrementTargetCountBy": 0}]},
+         "ValidationException", "Member must have value greater than or equal to 1", match="contains"),
+    Case("batch-add-too-many", SM + "BatchAddClusterNodes",
+         {"ClusterName": EXISTING, "NodesToAdd": [{"InstanceGroupName": "compute-group", "IncrementTargetCountBy": 30},
+                                                  {"InstanceGroupName": "controller-group",
+                                                   "IncrementTargetCountBy": 30}]},
+         "ValidationException", "NodesToAdd adds 60 nodes", match="contains"),
+    Case("batch-add-unknown-cluster", SM + "BatchAddClusterNodes",
+         {"ClusterName": "inv-nope", "NodesToAdd": [{"InstanceGroupName": "g", "IncrementTargetCountBy": 1}]},
+         "ResourceNotFound", "Cluster inv-nope not found."),
+    Case("list-ops-bad-status", SM + "ListClusterOperations", {"ClusterName": EXISTING, "Status": "Running"},
+         "ValidationException", "Member must satisfy enum value set", match="contains"),
+    Case("list-ops-bad-max", SM + "ListClusterOperations", {"ClusterName": EXISTING, "MaxResults": 101},
+         "ValidationException", "Member must have value less than or equal to 100", match="contains"),
+    Case("list-ops-bad-token", SM + "ListClusterOperations", {"ClusterName": EXISTING, "NextToken": "xyz"},
+         "ValidationException", "Invalid pagination token: NextToken is malformed."),
+    Case("describe-op-unknown", SM + "DescribeClusterOperation",
+         {"ClusterName": EXISTING, "OperationId": "00000000-0000-4000-8000-000000000000"}, "ResourceNotFound",
+         f"Operation 00000000-0000-4000-8000-000000000000 not found in cluster {EXISTING}."),
+    Case("describe-op-missing-id", SM + "DescribeClusterOperation", {"ClusterName": EXISTING},
+         "ValidationException", "Member must not be null", match="contains"),
+    Case("move-nodes-eks-only", SM + "MoveClusterNodes",
+         lambda arn: {"SourceClusterArn": arn, "SourceInstanceGroupName": "compute-group", "TargetClusterArn": arn,
+                      "TargetInstanceGroupName": "controller-group", "InstanceCount": 1},
+         "ValidationException", "MoveClusterNodes is only supported for clusters that use Amazon EKS as the "
+         f"orchestrator; cluster {EXISTING} uses Slurm."),
+    Case("move-nodes-two-selectors", SM + "MoveClusterNodes",
+         lambda arn: {"SourceClusterArn": arn, "SourceInstanceGroupName": "compute-group", "TargetClusterArn": arn,
+                      "TargetInstanceGroupName": "controller-group", "InstanceCount": 1,
+                      "NodeIds": [UNKNOWN_NODE]},
+         "ValidationException", "Specify exactly one of NodeIds, NodeLogicalIds, or InstanceCount."),
+    Case("auto-patch-drain-first", SM + "CreateCluster",
+         _create(CTL, _group("compute-group", "Compute", 1, ["compute"],
+                             AutoPatchConfig={"PatchingStrategy": "DrainFirst"})),
+         "ValidationException", _verrs("Instance group compute-group: AutoPatchConfig PatchingStrategy DrainFirst and "
+                                       "DrainPolicy are available only for clusters that use Amazon EKS as the "
+                                       "orchestrator.")),
+    Case("auto-patch-when-idle", SM + "UpdateCluster",
+         _update(CTL, _group("compute-group", "Compute", 2, ["compute"],
+                             AutoPatchConfig={"PatchingStrategy": "WhenIdle"})),
+         "ValidationException", "slurmpod does not implement AutoPatchConfig", match="contains"),
+    Case("capacity-spot", SM + "CreateCluster",
+         _create(CTL, _group("compute-group", "Compute", 1, ["compute"], CapacityRequirements={"Spot": {}})),
+         "ValidationException", "CapacityRequirements.Spot is not available", match="contains"),
+]
+
 DOMAIN_CASES: list[Case] = [
     Case("rule-no-groups", SM + "CreateCluster", {"ClusterName": "inv-new"}, "ValidationException",
          _verrs("InstanceGroups must contain at least one instance group.")),
@@ -578,7 +632,7 @@ PROTOCOL_CASES: list[Case] = [
          "slurmpod does not implement SageMaker.CreateTrainingJob yet."),
 ]
 
-ALL_CASES = MODEL_CASES + DOMAIN_CASES + PROTOCOL_CASES
+ALL_CASES = MODEL_CASES + DOMAIN_CASES + PROTOCOL_CASES + NEWER_OP_CASES
 
 
 @pytest.fixture(scope="module")

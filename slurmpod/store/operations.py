@@ -1,0 +1,128 @@
+"""Cluster operations and ClientTokens on the store's connection (``cluster_operations``, ``client_tokens``).
+
+``record_operation`` runs inside the transaction of a cluster write: when the write gives the cluster a new
+operation id, the operation is recorded (``domain.operations.operation_started``) and the previous one, if it was
+still running, is marked superseded. ``claim_token`` inserts a ClientToken in the same transaction as the write it
+belongs to, so a token is never bound without its change, nor a change made twice for one token.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.exc import IntegrityError
+
+from slurmpod.domain.model import ClusterRecord, EventRecord
+from slurmpod.domain.operations import (
+    CLIENT_TOKEN_TTL,
+    ClientTokenRecord,
+    OperationKind,
+    OperationRecord,
+    cluster_busy,
+    operation_started,
+)
+from slurmpod.domain.status import InstanceStatus
+from slurmpod.errors import ClientTokenTaken
+from slurmpod.store.rows import cluster_from_row
+from slurmpod.store.tables import client_tokens, cluster_operations, clusters, nodes
+
+__all__ = ["claim_token", "get_token", "list_operations", "record_operation"]
+
+_GONE = (InstanceStatus.SHUTTING_DOWN.value, InstanceStatus.NOT_FOUND.value)
+
+
+def _active_counts(conn: Connection, cluster_id: str) -> dict[str, int]:
+    c = nodes.c
+    q = (select(c.group_name, func.count()).where(and_(c.cluster_id == cluster_id, c.status.not_in(_GONE)))
+         .group_by(c.group_name))
+    return {str(g): int(n) for g, n in conn.execute(q)}
+
+
+def previous_cluster(conn: Connection, new: ClusterRecord) -> ClusterRecord | None | bool:
+    """Before an update: the stored record when ``new`` carries another operation id, else False (no new
+    operation: nothing to read or record). Only the operation id is read in the common case."""
+    if not new.operation_id:
+        return False
+    cur = conn.execute(select(clusters.c.operation_id).where(clusters.c.cluster_id == new.cluster_id)).first()
+    if cur is None or cur[0] == new.operation_id:
+        return False
+    row = conn.execute(select(clusters).where(clusters.c.cluster_id == new.cluster_id)).first()
+    return cluster_from_row(row) if row is not None else False
+
+
+def record_operation(conn: Connection, old: ClusterRecord | None, new: ClusterRecord,
+                     new_events: Sequence[EventRecord], kind: OperationKind | None = None) -> None:
+    """Records the operation ``new`` starts (if any); ``kind`` overrides the kind read from the records."""
+    now = min((e.event_time for e in new_events), default=time.time())
+    op = operation_started(old, new, now, _active_counts(conn, new.cluster_id), kind)
+    if op is None:
+        return
+    c = cluster_operations.c
+    if conn.execute(select(c.operation_id).where(and_(c.cluster_id == op.cluster_id,
+                                                      c.operation_id == op.operation_id))).first():
+        return  # already recorded (an operation id a record returned to)
+    if old is not None and old.operation_id and cluster_busy(old):
+        conn.execute(update(cluster_operations).where(and_(c.cluster_id == old.cluster_id,
+                                                           c.operation_id == old.operation_id))
+                     .values(superseded=True))
+    conn.execute(insert(cluster_operations).values(
+        operation_id=op.operation_id, cluster_id=op.cluster_id, kind=op.kind.value, creation_time=op.creation_time,
+        superseded=False, details=json.dumps(op.details_dict(), sort_keys=True)))
+
+
+def _operation_from_row(r: Row[Any]) -> OperationRecord:
+    m = r._mapping
+    return OperationRecord(
+        operation_id=m["operation_id"], cluster_id=m["cluster_id"], kind=OperationKind(m["kind"]),
+        creation_time=float(m["creation_time"]),
+        scaling=OperationRecord.scaling_from_dict(json.loads(m["details"] or "{}")),
+        superseded=bool(m["superseded"]))
+
+
+def list_operations(conn: Connection, cluster_id: str) -> list[OperationRecord]:
+    """The cluster's operations, oldest first."""
+    c = cluster_operations.c
+    q = select(cluster_operations).where(c.cluster_id == cluster_id).order_by(c.creation_time, c.operation_id)
+    return [_operation_from_row(r) for r in conn.execute(q)]
+
+
+def delete_cluster_rows(conn: Connection, cluster_id: str) -> None:
+    conn.execute(delete(cluster_operations).where(cluster_operations.c.cluster_id == cluster_id))
+
+
+def _token_key(account_id: str, region: str, operation: str, token: str) -> Any:
+    c = client_tokens.c
+    return and_(c.account_id == account_id, c.region == region, c.operation == operation, c.token == token)
+
+
+def get_token(conn: Connection, account_id: str, region: str, operation: str, token: str,
+              now: float) -> ClientTokenRecord | None:
+    row = conn.execute(select(client_tokens).where(_token_key(account_id, region, operation, token))).first()
+    if row is None:
+        return None
+    m = row._mapping
+    rec = ClientTokenRecord(m["account_id"], m["region"], m["operation"], m["token"], m["fingerprint"],
+                            m["cluster_id"], json.loads(m["result"]), float(m["created"]))
+    return rec if rec.live(now) else None
+
+
+def claim_token(conn: Connection, rec: ClientTokenRecord) -> None:
+    """Binds the token (replacing an expired binding); ``ClientTokenTaken`` when a live one holds it."""
+    c = client_tokens.c
+    conn.execute(delete(client_tokens).where(and_(
+        _token_key(rec.account_id, rec.region, rec.operation, rec.token), c.created <= rec.created - CLIENT_TOKEN_TTL)))
+    try:  # the caller's transaction rolls back as this propagates: nothing of the write stays
+        conn.execute(insert(client_tokens).values(
+            account_id=rec.account_id, region=rec.region, operation=rec.operation, token=rec.token,
+            fingerprint=rec.fingerprint, cluster_id=rec.cluster_id,
+            result=json.dumps(rec.result, sort_keys=True), created=rec.created))
+    except IntegrityError as exc:
+        raise ClientTokenTaken(rec.token) from exc
+    # tokens expire: drop the stale ones of this account now and then (cheap, indexed by the key's prefix)
+    conn.execute(delete(client_tokens).where(and_(c.account_id == rec.account_id,
+                                                  c.created <= rec.created - CLIENT_TOKEN_TTL)))
