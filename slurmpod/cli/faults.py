@@ -100,7 +100,7 @@ def run_faults(args: argparse.Namespace) -> int:
                 print(f"{n.instance_id} ({n.hostname}): " + (", ".join(cleared) + " cleared" if cleared
                                                              else "no fault"))
             return 0
-        table = {}
+        table: dict[str, dict[str, Any]] = {}
         for n in targets:
             try:
                 table[n.instance_id] = {"hostname": n.hostname, "group": n.group,

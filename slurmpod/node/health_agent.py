@@ -6,7 +6,8 @@ talk to daemons (slurmd's own RPC, a munge credential round trip). A check faili
 row is a fault (a slurmd restart is not). On the first fault the agent marks the node in Slurm as HyperPod's does,
 exact and case-sensitive: ``state=fail reason="Action:Replace"`` (or ``Action:Reboot``), which slurmpod acts on once
 the node's jobs end (with NodeRecovery ``None`` the mark stays, a label only: slurmpod reads ``STATE_FILE`` to tell
-the agent's marks from an operator's). It never overrides a reason someone else set (an operator's, a drain).
+the agent's marks from an operator's). It never overrides a reason someone else set (an operator's, a drain), and
+leaves a node in its deep health checks (feature ``SageMakerDeepHealthCheck:InProgress``) to them.
 
 It arms itself only once the node's slurmd answers: a node still booting is not faulty. What it saw is in
 ``STATE_FILE`` (slurmpod reads it to word the event) and, as HMA's CloudWatch records, one JSON line per
@@ -61,23 +62,28 @@ def _scontrol(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=SCONTROL_TIMEOUT, check=False)
 
 
-def node_reason(name: str) -> tuple[str, str] | None:
-    """(state, reason) of Slurm node ``name`` as slurmctld has it; None when slurmctld cannot say."""
+DHC_FEATURE = "SageMakerDeepHealthCheck:InProgress"  # a node in its deep health checks: they own it
+
+
+def node_reason(name: str) -> tuple[str, str, str] | None:
+    """(state, reason, features) of Slurm node ``name`` as slurmctld has it; None when slurmctld cannot say."""
     try:
         r = _scontrol("-o", "show", "node", name)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if r.returncode != 0:
         return None
-    state = reason = ""
+    state = reason = features = ""
     line = r.stdout.strip()
     for token in line.split(" "):
         if token.startswith("State="):
             state = token[len("State="):]
+        elif token.startswith(("AvailableFeatures=", "ActiveFeatures=")):
+            features += "," + token.split("=", 1)[1]
     if " Reason=" in line:
         reason = line.split(" Reason=", 1)[1]
         reason = reason.split(" [", 1)[0].strip()  # "Reason=Action:Replace [root@2026-12-01T17:00:00]"
-    return state, reason
+    return state, reason, features
 
 
 def reason_for(result: checks.Result) -> tuple[str, str]:
@@ -127,6 +133,8 @@ class Agent:
         current = node_reason(self.hostname)
         if current is None:
             return  # slurmctld unreachable from here: try again next pass
+        if DHC_FEATURE in current[2].split(","):
+            return  # its deep health checks run the same checks and replace the node themselves
         if current[1]:
             self.marked = {"fault": fault.fault, "detail": fault.detail, "action": fault.action,
                            "reason": current[1], "left_alone": True, "at": _now()}

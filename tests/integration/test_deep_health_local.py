@@ -104,8 +104,11 @@ def test_deep_health_checks(local_state: Path) -> None:
 
         # on demand: one request per cluster at a time; a node busy longer than the busy timeout is skipped
         busy = workers[0]
-        _sh(state, f"sbatch -w {busy['PrivateDnsHostname']} -N1 --wrap 'sleep 40'")
-        time.sleep(1)
+        job = _sh(state, f"sbatch --parsable -w {busy['PrivateDnsHostname']} -N1 --wrap 'sleep 40'").split(";")[0]
+        running = time.monotonic() + 30  # the job must hold the node before the request (not pend behind a release)
+        while _sh(state, f"squeue -h -j {job} -o %T") != "RUNNING":
+            assert time.monotonic() < running, _sh(state, "squeue -a; sinfo -N")
+            time.sleep(0.3)
         c.start_cluster_health_check(ClusterName=CLUSTER, DeepHealthCheckConfigurations=[
             {"InstanceGroupName": "gpu-group", "DeepHealthChecks": ["InstanceStress"]}])
         with pytest.raises(c.exceptions.ClientError) as err:

@@ -39,6 +39,7 @@ reads the certificates the host trusts, to be shipped with it (see there why).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import json
 import logging
@@ -59,6 +60,8 @@ from slurmpod.providers.local.state import file_lock, read_json, write_json
 log = logging.getLogger("slurmpod.pkgproxy")
 
 PORT = 3142
+SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; some margin
+SHORT_SOCKET_DIR = Path("/run/slurmpod/pkgproxy")  # control sockets of proxies whose state dir is too deep
 ACNG = "/usr/sbin/apt-cacher-ng"
 #: Debian's stock backend for ``debrep`` is a mirror list that answered every request with HTTP 503
 DEBREP_REMAP = "file:deb_mirror*.gz /debian ; http://deb.debian.org/debian/"
@@ -124,6 +127,16 @@ class ProxyPaths:
         return self.run / "acng.pid"
 
     @property
+    def socket(self) -> Path:
+        """apt-cacher-ng's control socket: ``run/socket``, or under /run when that path is too long for a Unix
+        socket (108 bytes with its NUL; a deep state dir, e.g. a test's tmp path, would stop the proxy)."""
+        inside = self.run / "socket"
+        if len(os.fsencode(inside)) < SOCKET_PATH_MAX:
+            return inside
+        digest = hashlib.sha256(os.fsencode(self.root)).hexdigest()[:16]
+        return SHORT_SOCKET_DIR / f"{digest}.sock"
+
+    @property
     def record(self) -> Path:
         return self.root / "proxy.json"
 
@@ -150,7 +163,7 @@ def render_config(paths: ProxyPaths, addresses: list[str], port: int = PORT) -> 
         ("SupportDir", SUPPORT_DIR),  # mirror lists (deb_mirror*.gz), report templates
         ("LogDir", paths.logs),
         ("PidFile", paths.pid_file),
-        ("SocketPath", paths.run / "socket"),
+        ("SocketPath", paths.socket),
         ("Port", port),
         ("BindAddress", " ".join(bind)),
         ("ForeGround", 1),
@@ -395,7 +408,7 @@ class PackageProxy:
     def _start(self, rec: _Record) -> None:
         self._check_binary()
         bind = sorted(rec.addresses, key=lambda a: int(ipaddress.IPv4Address(a)))
-        for d in (self.paths.conf_dir, self.paths.cache, self.paths.logs, self.paths.run):
+        for d in (self.paths.conf_dir, self.paths.cache, self.paths.logs, self.paths.run, self.paths.socket.parent):
             d.mkdir(parents=True, exist_ok=True)
         self.paths.pid_file.unlink(missing_ok=True)
         self.paths.conf.write_text(render_config(self.paths, bind, self.port))
@@ -463,6 +476,8 @@ class PackageProxy:
                 raise PackageProxyError(f"package proxy {pid} survived SIGKILL")
         finally:
             os.close(fd)
+            if self.paths.socket.parent == SHORT_SOCKET_DIR:
+                self.paths.socket.unlink(missing_ok=True)
             if self._child is not None and self._child.pid == pid:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._child.wait(timeout=STOP_TIMEOUT)
