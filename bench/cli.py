@@ -25,6 +25,7 @@ from bench import (
     deep_health,
     image_build,
     moto_compare,
+    multi_server,
     resilience,
     scale_local,
     seed_local,
@@ -37,8 +38,9 @@ from bench.stats import targets
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 SCENARIOS = {1: seed_local.NAME, 2: sw_update.NAME, 3: scale_local.NAME, 4: sim_scale.NAME, 5: moto_compare.NAME,
-             6: image_build.NAME, 7: slurm_releases.NAME, 8: deep_health.NAME, 9: resilience.NAME}
-NOT_QUICK = {6, 7, 8, 9}  # --quick without --scenario skips these
+             6: image_build.NAME, 7: slurm_releases.NAME, 8: deep_health.NAME, 9: resilience.NAME,
+             10: multi_server.NAME}
+NOT_QUICK = {6, 7, 8, 9, 10}  # --quick without --scenario skips these
 
 
 def _span(s: dict[str, Any]) -> str:
@@ -180,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             scenario = deep_health.run(few, args.workdir)
         elif number == 9:
             scenario = resilience.run(min(few, 3), args.workdir)
+        elif number == 10:
+            scenario = multi_server.run(args.quick, args.workdir)
         else:
             scenario = moto_compare.run(args.quick, args.workdir)
         scenario["seconds"] = round(time.monotonic() - t, 1)

@@ -91,5 +91,10 @@ class VersionConflict(Exception):
     """A store write lost an optimistic-concurrency race; the caller re-reads and retries."""
 
 
+class LeaseLost(Exception):
+    """A reconciler write of a cluster this server no longer owns (its lease expired or another server took it):
+    nothing was written. Not a ``VersionConflict``: retrying cannot succeed; the new owner carries on."""
+
+
 class ClientTokenTaken(Exception):
     """A write claimed a ClientToken another request holds (the whole write is rolled back)."""

@@ -16,7 +16,9 @@ from slurmpod.api.auth import make_authenticator
 from slurmpod.clock import SystemClock
 from slurmpod.console import console_routes, credential_sign_in, open_sign_in
 from slurmpod.lifecycle.images import BUILTIN, Image, ImageCatalog
+from slurmpod.observability import metrics
 from slurmpod.reconciler.loop import CAPACITY_KEY, Reconciler
+from slurmpod.reconciler.ownership import Ownership
 from slurmpod.reconciler.runtime import ClusterRuntime
 from slurmpod.regions import REGION_SETTING
 from slurmpod.security.credentials import CredentialStore
@@ -39,13 +41,20 @@ class Server:
     reconciler: Reconciler
     service: ClusterService
     app: Starlette
+    ownership: Ownership | None = None  # several servers on one database: this one's leases
 
     def start(self) -> None:
         self._node_services("start_services")
+        if self.ownership is not None:
+            self.ownership.start()
         self.reconciler.start()
 
     def stop(self) -> None:
+        if self.ownership is not None:
+            self.ownership.stop()
         self.reconciler.stop()
+        if self.ownership is not None:
+            self.ownership.release_all()  # the others take over now, not after the lease expires
         self._node_services("close")
         self.store.close()
 
@@ -200,8 +209,11 @@ def build_server(settings: Settings) -> Server:
         return (catalog.get(image_id) if image_id else None) or catalog.latest()
 
     runtime.set_image_lookup(image_of)
+    ownership = build_ownership(settings, store, runtime, clock) if settings.shared_database else None
     reconciler = Reconciler(
-        store, runtime, clock, interval=settings.reconcile_interval, max_workers=settings.max_parallel_launches,
+        store.fenced(ownership) if ownership is not None else store, runtime, clock,
+        owns=ownership.owns if ownership is not None else (lambda _cid: True),
+        interval=settings.reconcile_interval, max_workers=settings.max_parallel_launches,
         image=(BUILTIN.image_id, BUILTIN.release), min_count_timeout=settings.min_count_timeout,
         retry_delay=settings.retry_delay, drain_timeout=settings.update_drain_timeout,
         dhc_busy_timeout=settings.dhc_busy_timeout, dhc_stress_seconds=settings.dhc_stress_seconds,
@@ -213,6 +225,12 @@ def build_server(settings: Settings) -> Server:
         secret_check=database_secret_check(SecretStore(Path(settings.state_dir))),
     )
 
+    if ownership is not None:
+        ownership.busy = lambda cid: bool(reconciler.pool.busy_for(cid))
+        ownership.on_change = reconciler.wake
+    else:
+        metrics.OWNED_CLUSTERS.set_function(lambda: len(store.cluster_ids()))
+
     def ready() -> bool:
         try:
             return store.ping() and reconciler.running()
@@ -223,7 +241,47 @@ def build_server(settings: Settings) -> Server:
     audit.maybe_prune()
     store.put_setting(REGION_SETTING, settings.region)  # the default region of the CLI's tools (`slurmpod connect`)
     ctx = ApiContext(service=service, caller=make_authenticator(settings), audit=audit,
-                     extensions=settings.compat != "strict", ready=ready, scrape=lambda: render_metrics(store.engine))
+                     extensions=settings.compat != "strict", ready=ready, scrape=lambda: render_metrics(store.engine),
+                     ready_detail=ownership.detail if ownership is not None else (lambda: {}))
     sign_in = (open_sign_in(settings.account_id, settings.region) if settings.auth == "none"
                else credential_sign_in(CredentialStore(settings.state_dir), settings.region))
-    return Server(settings, store, runtime, reconciler, service, make_app(ctx, console_routes(ctx, sign_in)))
+    return Server(settings, store, runtime, reconciler, service, make_app(ctx, console_routes(ctx, sign_in)),
+                  ownership)
+
+
+def machine_id() -> str:
+    """This machine's identity for node reachability: /etc/machine-id, else the host name."""
+    import socket
+
+    try:
+        value = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        value = ""
+    return value or socket.gethostname()
+
+
+def build_ownership(settings: Settings, store: SqlStore, runtime: ClusterRuntime, clock: SystemClock) -> Ownership:
+    """The lease keeper of a server sharing its database. A local-provider cluster is pinned to the machine of
+    its first owner (its nodes are that machine's namespaces) unless every group runs on ssh host pools;
+    simulated clusters are pinned nowhere."""
+    import secrets
+
+    from slurmpod.domain.ownership import Candidate
+
+    machine = settings.machine_id or machine_id()
+    replica = settings.replica_id or f"{machine[:12]}-{os.getpid()}-{secrets.token_hex(3)}"
+    remote = getattr(runtime, "remote_type", None)
+
+    def home_of(cluster_id: str) -> str | None:
+        if settings.provider == "simulated":
+            return None
+        cluster = store.get_cluster(cluster_id)
+        groups = cluster.spec.instance_groups if cluster is not None else ()
+        if callable(remote) and groups and all(remote(g.instance_type or "") for g in groups):
+            return None
+        return machine
+
+    log.info("replica %s on machine %s: clusters are owned through %.0f s leases in the shared database",
+             replica, machine, settings.lease_seconds)
+    return Ownership(store.leases, Candidate(replica, machine, settings.provider), clock,
+                     lease_seconds=settings.lease_seconds, home_of=home_of)

@@ -45,10 +45,19 @@ class Settings:
     dhc_busy_timeout: float = 600.0  # on-demand deep health checks skip nodes busy longer than this
     dhc_stress_seconds: float = 5.0  # InstanceStress: stress-ng seconds per node
     capacity: dict[str, int] = field(default_factory=dict)  # initial capacity table (both providers)
+    # several servers on one PostgreSQL database (leases; SQLite: one server owns everything)
+    replica_id: str | None = None  # None: <machine>-<pid>-<random>
+    machine_id: str | None = None  # None: /etc/machine-id, else the host name
+    lease_seconds: float = 15.0
     # lifecycle sources
     s3_endpoint_url: str | None = None
     # file:// lifecycle sources must lie under one of these directories (empty: anywhere but the state dir)
     lifecycle_file_roots: tuple[str, ...] = ()
+
+    @property
+    def shared_database(self) -> bool:
+        """Several servers may share the database (PostgreSQL): clusters are owned through leases."""
+        return not self.database_url.startswith("sqlite")
 
     @property
     def database_url(self) -> str:

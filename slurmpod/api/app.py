@@ -48,6 +48,7 @@ class ApiContext:
     audit: AuditService | None = None
     extensions: bool = True
     ready: Callable[[], bool] = lambda: True
+    ready_detail: Callable[[], dict[str, object]] = dict  # extra /readyz members (several servers: the leases)
     scrape: Callable[[], bytes] = metrics.render  # the /metrics body (the server adds its store gauges)
 
 
@@ -183,7 +184,7 @@ def make_app(ctx: ApiContext, extra_routes: Sequence[BaseRoute] = ()) -> Starlet
 
     async def readyz(request: Request) -> Response:
         ok = await run_in_threadpool(ctx.ready)
-        return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
+        return JSONResponse({"ready": ok, **ctx.ready_detail()}, status_code=200 if ok else 503)
 
     async def prometheus(request: Request) -> Response:
         body = await run_in_threadpool(ctx.scrape)

@@ -76,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="clusters without Orchestrator.Slurm.AccountingDatabase get: local (default) slurmdbd + "
                         "MariaDB on a per-cluster service host (sacct works); none: no accounting")
     s.add_argument("--reconcile-interval", type=float, default=2.0)
+    s.add_argument("--replica-id", default=None,
+                   help="this server's id among several sharing one PostgreSQL --db (default: machine-pid-random)")
+    s.add_argument("--lease-seconds", type=float, default=15.0,
+                   help="several servers: how long a cluster's lease lasts without renewal; a dead server's clusters "
+                        "are taken over this long after it stopped renewing (default 15)")
+    s.add_argument("--machine-id", default=None,
+                   help="several servers: this machine's id for local-node reachability (default /etc/machine-id)")
     s.add_argument("--capacity", default="", help="initial capacity table TYPE=COUNT[,...] (see `capacity set`)")
     s.add_argument("--min-count-timeout", type=float, default=3 * 3600.0,
                    help="seconds a Continuous group may stay below MinCount before it rolls back (default 3 h)")

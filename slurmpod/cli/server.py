@@ -70,6 +70,9 @@ def cmd_server(args: argparse.Namespace) -> int:
         dhc_busy_timeout=args.deep_health_check_busy_timeout,
         dhc_stress_seconds=args.deep_health_check_stress_seconds,
         capacity=parse_capacity(args.capacity),
+        replica_id=args.replica_id,
+        machine_id=args.machine_id,
+        lease_seconds=args.lease_seconds,
     )
     from slurmpod.regions import is_region
 
@@ -77,6 +80,8 @@ def cmd_server(args: argparse.Namespace) -> int:
         return die(f"--region {args.region!r} is not an AWS region name (e.g. us-east-1, ap-northeast-1)")
     if args.audit_retention_days <= 0:
         return die("--audit-retention-days must be a positive number of days")
+    if args.lease_seconds < 1:
+        return die("--lease-seconds must be at least 1")
     if bool(args.tls_cert) != bool(args.tls_key):
         return die("--tls-cert and --tls-key go together")
     refusal = listen_refusal(args.host, tls=bool(args.tls_cert), insecure_no_tls=args.insecure_no_tls, auth=args.auth)
@@ -97,6 +102,12 @@ def cmd_server(args: argparse.Namespace) -> int:
         return die(str(exc))
     if settings.provider == "simulated":
         logging.getLogger("slurmpod").warning("provider: SIMULATED (no real nodes; for tests and benchmarks)")
+    import signal
+    import sys
+
+    # uvicorn re-raises SIGTERM after its graceful shutdown: exit through ``finally`` so the server stops cleanly
+    # (several servers: its leases are released and the others take over at once, a rolling restart)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.start()
     try:
         # explicit, so a missing uvloop/httptools wheel fails loudly instead of silently losing ~10 % of requests/s

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
@@ -26,7 +26,9 @@ __all__ = [
     "API_LATENCY",
     "CONTENT_TYPE",
     "LAUNCH_FAILURES",
+    "LEASE_CHANGES",
     "NODE_FAULTS",
+    "OWNED_CLUSTERS",
     "RECONCILE_PASS",
     "REGISTRY",
     "launch_failure_reason",
@@ -52,6 +54,17 @@ RECONCILE_PASS = Histogram(
     "slurmpod_reconcile_pass_duration_seconds",
     "Duration of one reconcile pass over every cluster.",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    registry=REGISTRY,
+)
+LEASE_CHANGES = Counter(
+    "slurmpod_lease_changes",
+    "Cluster leases this server acquired, lost (taken over by another server) or released (several servers).",
+    ["change"],
+    registry=REGISTRY,
+)
+OWNED_CLUSTERS = Gauge(
+    "slurmpod_owned_clusters",
+    "Clusters this server holds the lease of (reconciles); every cluster with a single server on SQLite.",
     registry=REGISTRY,
 )
 LAUNCH_FAILURES = Counter(

@@ -21,7 +21,7 @@ from slurmpod.clock import Clock
 from slurmpod.domain import deep_health as dh
 from slurmpod.domain.model import ClusterRecord
 from slurmpod.domain.status import ClusterStatus, InstanceStatus
-from slurmpod.errors import VersionConflict
+from slurmpod.errors import LeaseLost, VersionConflict
 from slurmpod.notify import Notifier
 from slurmpod.observability import metrics
 from slurmpod.reconciler import apply, rolling
@@ -113,6 +113,7 @@ class Reconciler:
         health_workers: int = 4,
         dhc_busy_timeout: float = dh.DEFAULT_BUSY_TIMEOUT,
         dhc_stress_seconds: float = dh.DEFAULT_STRESS_SECONDS,
+        owns: Callable[[str], bool] = lambda _cluster_id: True,
     ) -> None:
         self.store = store
         self.runtime = runtime
@@ -126,7 +127,8 @@ class Reconciler:
         self.pool = WorkPool(max_workers, self._wake.set)
         self.ctx = Context(store=store, runtime=runtime, clock=clock,
                            image_lookup=image_lookup or (lambda _i: image), timeouts=self.timeouts,
-                           wake=self._wake.set, notifier=notifier or Notifier(store), stopping=self._stop)
+                           wake=self._wake.set, notifier=notifier or Notifier(store), stopping=self._stop,
+                           owns=owns)
         self.health = HealthMonitor(self.ctx, self.pool.busy_for, workers=health_workers)
         self._thread: threading.Thread | None = None
         self.passes = 0
@@ -190,11 +192,16 @@ class Reconciler:
             self.runtime.set_capacity(capacity or {})
             log.info("capacity table: %s", capacity or "unlimited")
         for cluster_id in self.store.cluster_ids():
+            if not self.ctx.owns(cluster_id):  # several servers: another one holds its lease
+                self._quiet.pop(cluster_id, None)
+                continue
             self.last_reconciled[cluster_id] = time.monotonic()
             try:
                 self._reconcile(cluster_id)
             except VersionConflict:
                 self._wake.set()  # someone else wrote; plan again soon
+            except LeaseLost as exc:
+                log.info("%s", exc)
             except Exception:
                 log.exception("reconciling cluster %s failed", cluster_id)
         self.passes += 1

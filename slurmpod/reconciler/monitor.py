@@ -17,7 +17,7 @@ from dataclasses import replace
 from slurmpod.domain.model import ClusterRecord
 from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.domain.transitions import node_to
-from slurmpod.errors import VersionConflict
+from slurmpod.errors import LeaseLost, VersionConflict
 from slurmpod.observability import metrics
 from slurmpod.reconciler.health import HealthPlan, HealthReport, NodeChange, plan_health
 from slurmpod.reconciler.work import Context
@@ -78,6 +78,8 @@ class HealthMonitor:
     def check_all(self) -> None:
         """Submits one observation per watched cluster that has none in flight."""
         for cid in self.ctx.store.cluster_ids():
+            if not self.ctx.owns(cid):
+                continue
             with self._lock:
                 if cid in self._in_flight:
                     continue
@@ -87,6 +89,8 @@ class HealthMonitor:
     def _check_quietly(self, cluster_id: str) -> None:
         try:
             self.check(cluster_id)
+        except LeaseLost as exc:  # another server took the cluster over
+            log.info("health check stopped: %s", exc)
         except Exception:
             log.exception("health check of cluster %s failed", cluster_id)
         finally:

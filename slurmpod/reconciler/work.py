@@ -20,7 +20,7 @@ from slurmpod import ids
 from slurmpod.clock import Clock
 from slurmpod.domain import events as ev
 from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
-from slurmpod.errors import VersionConflict
+from slurmpod.errors import LeaseLost, VersionConflict
 from slurmpod.notify import Notifier
 from slurmpod.reconciler.runtime import ClusterRuntime
 from slurmpod.store.protocol import Store
@@ -97,6 +97,8 @@ class WorkPool:
                 self.running += 1
             try:
                 parked = fn()
+            except LeaseLost as exc:  # another server took the cluster over: it carries on from the store
+                log.info("work item %s stopped: %s", key, exc)
             except Exception:
                 log.exception("work item %s of cluster %s failed", key, cluster_id)
             finally:
@@ -134,6 +136,8 @@ class Context:
     wake: Callable[[], None]
     notifier: Notifier
     stopping: threading.Event = field(default_factory=threading.Event)
+    #: whether this server reconciles the cluster (several servers: it holds the cluster's lease)
+    owns: Callable[[str], bool] = lambda _cluster_id: True
 
     def event(self, cluster: ClusterRecord, draft: ev.EventDraft) -> EventRecord:
         return ev.finish(draft, cluster, ids.new_event_id(), self.clock.now())

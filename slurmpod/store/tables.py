@@ -99,6 +99,18 @@ leases = Table(
     Column("owner", String(128), nullable=False),
     Column("expires", Float, nullable=False),
     Column("released", Boolean, nullable=False, default=False),
+    Column("epoch", Integer, nullable=False, default=0),  # +1 on every change of owner: the fencing token
+    Column("machine", String(128)),  # where the cluster's nodes live (None: reachable from any machine)
+)
+
+# the servers sharing this database (``store.leases``): heartbeats, for the spread of clusters over them
+replicas = Table(
+    "replicas",
+    metadata,
+    Column("replica_id", String(128), primary_key=True),
+    Column("machine", String(128), nullable=False),
+    Column("provider", String(32), nullable=False),
+    Column("expires", Float, nullable=False),
 )
 
 # the audit trail (CloudTrail's event history): one row per API call or console action

@@ -1,0 +1,207 @@
+"""The lease keeper: which clusters this server reconciles when several servers share one database (issue 18).
+
+A thread that, every ``tick`` (a quarter of the lease, at most 1 s): heartbeats this replica, renews the
+leases it holds (one UPDATE), forgets those it lost, takes free leases of the clusters it is the preferred
+owner of (``domain.ownership.preferred``: reachable nodes, rendezvous hash), takes any free lease left
+untaken for a whole lease period (so no cluster waits on a server that cannot take it), and hands back idle
+clusters another live server is preferred for (the spread after a server joins). ``owns`` answers the
+reconciler; ``epoch`` answers the fenced store (``store.leases``). ``release_all`` on a clean stop lets the
+others take over at once instead of after the lease expires.
+
+A server that cannot renew (database unreachable) stops reconciling its clusters when its own lease deadline
+passes, by its monotonic clock, before anyone else may take them over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmpod.clock import Clock
+from slurmpod.domain.ownership import Candidate, preferred, unreachable_reason
+from slurmpod.observability import metrics
+from slurmpod.store.leases import ClusterRef, LeaseStore, Replica
+
+log = logging.getLogger("slurmpod.leases")
+
+__all__ = ["Held", "Ownership"]
+
+
+@dataclass
+class Held:
+    epoch: int
+    deadline: float  # monotonic: after this, without a renewal, the lease may be someone else's
+
+
+@dataclass
+class Ownership:
+    """This server's leases. ``home_of(cluster id)`` is the machine a first lease pins the cluster to (None: any)."""
+
+    leases: LeaseStore
+    me: Candidate
+    clock: Clock
+    lease_seconds: float = 15.0
+    home_of: Callable[[str], str | None] = lambda _c: None
+    busy: Callable[[str], bool] = lambda _cid: False
+    on_change: Callable[[], None] = lambda: None
+    held: dict[str, Held] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)  # cluster id -> why this server may not own it
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _free_since: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def owner(self) -> str:
+        return self.me.replica_id
+
+    @property
+    def tick(self) -> float:
+        return min(1.0, self.lease_seconds / 4)
+
+    # ---- what the reconciler and the fenced store ask ------------------------------------------------
+
+    def owns(self, cluster_id: str) -> bool:
+        return self.epoch(cluster_id) is not None
+
+    def epoch(self, cluster_id: str) -> int | None:
+        with self._lock:
+            h = self.held.get(cluster_id)
+            return h.epoch if h is not None and h.deadline > time.monotonic() else None
+
+    def owned(self) -> list[str]:
+        with self._lock:
+            now = time.monotonic()
+            return sorted(c for c, h in self.held.items() if h.deadline > now)
+
+    def detail(self) -> dict[str, Any]:
+        """For ``/readyz``: this replica, the clusters it owns and those it may not own (and why)."""
+        return {"replica": self.owner, "machine": self.me.machine, "leaseSeconds": self.lease_seconds,
+                "ownedClusters": self.owned(), "unreachableClusters": dict(sorted(self.refused.items()))}
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        stale = self.leases.release_stale(self.owner)
+        if stale:
+            log.info("freed %d lease(s) a previous server with id %s held", stale, self.owner)
+        self.step()
+        self._thread = threading.Thread(target=self._run, name="slurmpod-leases", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def release_all(self) -> None:
+        """A clean stop (after the reconciler stopped): hand every lease back and leave the replica list."""
+        with self._lock:
+            held, self.held = self.held, {}
+        for cid, h in held.items():
+            try:
+                self.leases.release(self.owner, cid, h.epoch)
+                metrics.LEASE_CHANGES.labels("released").inc()
+            except Exception:
+                log.exception("releasing the lease of cluster %s failed (it expires by itself)", cid)
+        try:
+            self.leases.drop_replica(self.owner)
+        except Exception:
+            log.exception("leaving the replica list failed")
+        metrics.OWNED_CLUSTERS.set(0)
+        log.info("released %d cluster lease(s) (clean stop)", len(held))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick):
+            try:
+                self.step()
+            except Exception:  # database unreachable: leases run out by their deadline (``epoch``)
+                log.exception("lease pass failed")
+
+    # ---- one pass -------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        now = self.clock.now()
+        until = now + self.lease_seconds
+        started = time.monotonic()
+        deadline = started + self.lease_seconds
+        self.leases.heartbeat(Replica(self.owner, self.me.machine, self.me.provider, until))
+        self._renew(until, deadline)
+        live = [Candidate(r.replica_id, r.machine, r.provider) for r in self.leases.live_replicas(now)]
+        if self.me not in live:
+            live.append(self.me)
+        all_leases = self.leases.all()
+        changed = False
+        refs = self.leases.clusters()
+        for cluster in refs:
+            cid = cluster.cluster_id
+            lease = all_leases.get(cid)
+            home = lease.machine if lease is not None else self.home_of(cid)
+            why = unreachable_reason(self.me, cluster.provider, home)
+            if why is not None:
+                if self.refused.get(cid) != why:
+                    log.warning("not taking cluster %s (%s): %s", cluster.name, cid, why)
+                    self.refused[cid] = why
+                continue
+            self.refused.pop(cid, None)
+            best = preferred(cid, cluster.provider, home, live)
+            if self.owns(cid):
+                if best != self.owner and not self.busy(cid):
+                    changed |= self._hand_back(cid, best)
+                continue
+            free = lease is None or lease.released or lease.expires <= now
+            if not free:
+                self._free_since.pop(cid, None)
+                continue
+            first_free = self._free_since.setdefault(cid, started)
+            if best == self.owner or started - first_free >= self.lease_seconds:
+                changed |= self._take(cluster, now, until, deadline, home)
+        gone = set(self.held) - {c.cluster_id for c in refs}
+        for cid in gone:
+            with self._lock:
+                self.held.pop(cid, None)
+        self.refused = {c: w for c, w in self.refused.items() if c not in gone}
+        if gone:
+            self.leases.forget_deleted()
+        metrics.OWNED_CLUSTERS.set(len(self.held))
+        if changed:
+            self.on_change()
+
+    def _renew(self, until: float, deadline: float) -> None:
+        with self._lock:
+            mine = {cid: h.epoch for cid, h in self.held.items()}
+        still = self.leases.renew(self.owner, until, mine)
+        with self._lock:
+            for cid, h in list(self.held.items()):
+                if still.get(cid) == h.epoch:
+                    h.deadline = deadline
+                else:
+                    del self.held[cid]
+                    metrics.LEASE_CHANGES.labels("lost").inc()
+                    log.warning("lost the lease of cluster %s (another server took it over)", cid)
+
+    def _take(self, cluster: ClusterRef, now: float, until: float, deadline: float, home: str | None) -> bool:
+        epoch = self.leases.acquire(cluster.cluster_id, self.owner, now=now, until=until,
+                                    machine=self.me.machine, home=home)
+        if epoch is None:
+            return False
+        with self._lock:
+            self.held[cluster.cluster_id] = Held(epoch, deadline)
+        self._free_since.pop(cluster.cluster_id, None)
+        metrics.LEASE_CHANGES.labels("acquired").inc()
+        log.info("took the lease of cluster %s (%s), epoch %d", cluster.name, cluster.cluster_id, epoch)
+        return True
+
+    def _hand_back(self, cluster_id: str, to: str | None) -> bool:
+        with self._lock:
+            h = self.held.pop(cluster_id, None)
+        if h is None:
+            return False
+        self.leases.release(self.owner, cluster_id, h.epoch)
+        metrics.LEASE_CHANGES.labels("released").inc()
+        log.info("handed cluster %s back for %s (the spread over servers)", cluster_id, to)
+        return True
