@@ -116,7 +116,7 @@ def keep_slurmd_template(runner: CommandRunner, *, compute: bool) -> None:
     """Keeps the image's slurmd.service (with the ``${SLURMD_OPTIONS}`` placeholder) as the template before any
     lifecycle script renders it; a node that is not a compute node has no dynamic-node arguments."""
     # a compute node's health agent: started at boot where its files were on the root volume then, else now
-    agent = (f' && {{ systemctl is-active -q {HEALTH_UNIT} || '
+    agent = (f' && {{ test ! -e /etc/systemd/system/{HEALTH_UNIT} || systemctl is-active -q {HEALTH_UNIT} || '
              f'{{ systemctl daemon-reload && systemctl start {HEALTH_UNIT}; }}; }}' if compute else "")
     r = control._run(runner, ["sh", "-c", f'( grep -qF "$1" {SLURMD_UNIT} || exit 0; test -e {SLURMD_TEMPLATE} '
                               f'|| {{ mkdir -p /etc/slurmpod && cp -p {SLURMD_UNIT} {SLURMD_TEMPLATE}; }} ){agent}',

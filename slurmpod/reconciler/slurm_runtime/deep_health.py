@@ -175,6 +175,26 @@ def _srun(rt: SlurmRuntime, cluster: ClusterRecord, targets: Sequence[NodeRecord
     return out, f"srun exited {res.returncode}: {tail}" if res.returncode != 0 else ""
 
 
+def _unusable(rt: SlurmRuntime, cluster: ClusterRecord, targets: Sequence[NodeRecord],
+              nodes: Sequence[NodeRecord]) -> dict[str, str]:
+    """Targets Slurm will not run a step on (FAIL or DOWN, e.g. marked ``Action:Replace`` by the node's health agent
+    before its check began): instance id -> why. Empty when slurmctld cannot say (the steps then tell)."""
+    r = rt.primary(cluster, nodes)
+    if r is None:
+        return {}
+    try:
+        states = {sn.name: sn for sn in control.SlurmControl(r).nodes()}
+    except (control.SlurmError, ProviderError):
+        return {}
+    out = {}
+    for n in targets:
+        sn = states.get(n.hostname or "")
+        if sn is not None and (sn.is_failed() or sn.is_down()):
+            out[n.instance_id] = (f"{n.hostname} is {'+'.join(sorted(sn.states))} in Slurm"
+                                  f" ({sn.reason or 'no reason'}): no check can run on it")
+    return out
+
+
 def run(rt: SlurmRuntime, cluster: ClusterRecord, targets: Sequence[NodeRecord], checks: Sequence[DeepHealthCheck],
         nodes: Sequence[NodeRecord], stress_seconds: float) -> Mapping[str, DeepHealthResult]:
     steps: list[tuple[list[str], float]] = []
@@ -186,9 +206,14 @@ def run(rt: SlurmRuntime, cluster: ClusterRecord, targets: Sequence[NodeRecord],
         steps.append((["connectivity", "--peers", ",".join(peers), "--ports", str(SLURMD_PORT)], 120.0))
     outcome: dict[str, DeepHealthResult] = {n.instance_id: DeepHealthResult(True, "no checks") for n in targets}
     logs: dict[str, list[str]] = {n.instance_id: [] for n in targets}
-    for args, timeout in steps:
-        step, trouble = _srun(rt, cluster, targets, nodes, args, timeout)
-        for n in targets:
+    unusable = _unusable(rt, cluster, targets, nodes)
+    for iid, why in unusable.items():  # no step could start there (it would wait for the node until its timeout)
+        outcome[iid] = DeepHealthResult(False, why)
+        logs[iid].append(f"{why}\n")
+    live = [n for n in targets if n.instance_id not in unusable]
+    for args, timeout in steps if live else ():
+        step, trouble = _srun(rt, cluster, live, nodes, args, timeout)
+        for n in live:
             res = step.get(n.instance_id) or DeepHealthResult(
                 False, f"{args[0]} check gave no result on {n.hostname}" + (f" ({trouble})" if trouble else ""))
             logs[n.instance_id].append(res.log or f"{res.detail}\n")
