@@ -117,12 +117,15 @@ def _gpu_nodes(c: Any) -> dict[str, str]:
     return {n["InstanceId"]: n["InstanceStatus"]["Status"] for n in nodes if n["InstanceGroupName"] == "gpu-group"}
 
 
-def _wait_replaced(c: Any, old: str, timeout: float = 120) -> str:
+def _wait_replaced(c: Any, old: str, others: set[str], timeout: float = 120) -> str:
+    """The successor of ``old``: the one compute node that is neither ``old`` nor one of ``others`` (the nodes
+    there when the fault was injected, which keep their ids), once both run."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         nodes = _gpu_nodes(c)
-        if old not in nodes and len(nodes) == 2 and set(nodes.values()) == {"Running"}:
-            return next(iter(set(nodes) - {old}))  # any new id is fine: the other node kept its id
+        new = set(nodes) - others - {old}
+        if old not in nodes and len(nodes) == 2 and len(new) == 1 and set(nodes.values()) == {"Running"}:
+            return new.pop()
         time.sleep(0.5)
     raise AssertionError(f"{old} was not replaced: {_gpu_nodes(c)}")
 
@@ -135,15 +138,16 @@ def _instance_of(c: Any, host: str) -> str:
     raise AssertionError(f"no instance has hostname {host}")
 
 
-def _inject_on_other_node(state: Path, c: Any, job: str) -> tuple[str, str]:
+def _inject_on_other_node(state: Path, c: Any, job: str) -> tuple[str, str, set[str]]:
     info = _job(state, job)
     nodes = _sh(state, f"scontrol show hostnames {info['NodeList']}").split()
     victim = next(n for n in nodes if n != info["BatchHost"])
     iid = _instance_of(c, victim)
+    others = set(_gpu_nodes(c)) - {iid}
     r = _faults(state, "inject", CLUSTER, "--node", victim, "gpu-xid")
     assert r.returncode == 0, r.stderr
     assert f"gpu-xid injected into {iid} ({victim})" in r.stdout
-    return victim, iid
+    return victim, iid, others
 
 
 def test_auto_resume_survives_a_gpu_fault(server: ServerProcess) -> None:
@@ -161,9 +165,9 @@ def test_auto_resume_survives_a_gpu_fault(server: ServerProcess) -> None:
     # 1. no GRES: shrink, replace, expand, same JobID, from the checkpoint
     job = _submit(state, "resume", "--auto-resume=1")
     _wait_checkpoints(state, job)
-    victim, old = _inject_on_other_node(state, c, job)
+    victim, old, others = _inject_on_other_node(state, c, job)
     assert _wait_done(state, job) == "COMPLETED", _sh(state, f"cat {DIR}/{job}.out")
-    new = _wait_replaced(c, old)
+    new = _wait_replaced(c, old, others)
     out = _sh(state, f"cat {DIR}/{job}.out")
     for line in (f"[Auto Resume] Info: JobID: {job} StepID: 0 TaskID: 1 process_task_init",
                  "[Auto Resume] Info: Initiating communication with cluster agent to diagnose health of nodes",
@@ -190,15 +194,15 @@ def test_auto_resume_survives_a_gpu_fault(server: ServerProcess) -> None:
     # 2. the same job without the flag fails
     job = _submit(state, "plain", "")
     _wait_checkpoints(state, job)
-    _, old = _inject_on_other_node(state, c, job)
+    _, old, others = _inject_on_other_node(state, c, job)
     assert _wait_done(state, job) == "FAILED", _sh(state, f"cat {DIR}/{job}.out")
     assert "[Auto Resume]" not in _sh(state, f"cat {DIR}/{job}.out")
-    _wait_replaced(c, old)
+    _wait_replaced(c, old, others)
 
     # 3. GRES: requeued, the same JobID runs again from the beginning of its script, the app from its checkpoint
     job = _submit(state, "gres", "--auto-resume=1", "--gres=gpu:8")
     _wait_checkpoints(state, job)
-    _, old = _inject_on_other_node(state, c, job)
+    _inject_on_other_node(state, c, job)
     assert _wait_done(state, job, timeout=240) == "COMPLETED", _sh(state, f"cat {DIR}/{job}.out")
     out = _sh(state, f"cat {DIR}/{job}.out")
     assert f"requeueing job {job}" in out, out
