@@ -34,6 +34,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .checks import parse_record, slurm_reason
+
 CHILD_ENV = "SLURMPOD_AUTO_RESUME_CHILD"
 ACTIONS = ("Action:Replace", "Action:Reboot")
 FAULTY_STATES = ("DOWN", "NOT_RESPONDING", "FAIL")
@@ -56,20 +58,6 @@ def _setting(name: str, default: float) -> float:
 def scontrol(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT,  # noqa: S603, S607
                           check=False, cwd=cwd)
-
-
-def parse_record(line: str) -> dict[str, str]:
-    """One ``scontrol -o show job|node`` record: Key=Value pairs (a value may hold spaces only as Reason does)."""
-    out: dict[str, str] = {}
-    key = None
-    for token in line.strip().split(" "):
-        k, sep, v = token.partition("=")
-        if sep and k and (k[0].isupper() or k[0] == "_") and "/" not in k:
-            key = k
-            out[k] = v
-        elif key is not None:
-            out[key] += " " + token
-    return out
 
 
 def job_info(job: str) -> dict[str, str]:
@@ -95,7 +83,7 @@ def faulty_nodes(nodes: Sequence[str]) -> dict[str, str]:
     for line in r.stdout.splitlines():
         rec = parse_record(line)
         name, state = rec.get("NodeName", ""), rec.get("State", "")
-        reason = rec.get("Reason", "").split(" [", 1)[0].strip()
+        reason = slurm_reason(rec)
         if name not in nodes:
             continue
         if reason in ACTIONS:

@@ -88,7 +88,26 @@ def check_gpus(root: str = "/") -> Result:
     return Result("gpu", True, f"{len(devices)} GPUs healthy")
 
 
-def _pid_of(comm: str) -> list[int]:
+def parse_record(line: str) -> dict[str, str]:
+    """One ``scontrol -o show job|node`` record: Key=Value pairs (a value may hold spaces only as Reason does)."""
+    out: dict[str, str] = {}
+    key = None
+    for token in line.strip().split(" "):
+        k, sep, v = token.partition("=")
+        if sep and k and (k[0].isupper() or k[0] == "_") and "/" not in k:
+            key = k
+            out[k] = v
+        elif key is not None:
+            out[key] += " " + token
+    return out
+
+
+def slurm_reason(rec: dict[str, str]) -> str:
+    """A record's Reason without the ``[user@time]`` Slurm appends."""
+    return rec.get("Reason", "").split(" [", 1)[0].strip()
+
+
+def pids_of(comm: str) -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -111,7 +130,7 @@ def _proc_state(pid: int) -> str:
 
 def _daemon(comm: str, fault: str) -> Result | None:
     """A failure when no ``comm`` process runs or one is stopped (SIGSTOP: alive, answering nothing)."""
-    pids = _pid_of(comm)
+    pids = pids_of(comm)
     if not pids:
         return Result(comm, False, f"{comm} is not running", "reboot", fault)
     stopped = [p for p in pids if _proc_state(p) in ("T", "t")]

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import faults
+from . import checks, faults
 
 PARTITION_RULE = ("priority", "5", "prohibit")
 _STEP_RE = re.compile(r"slurmstepd: \[(\d+)\.(\d+)\]")  # a job step's stepd (not .batch, not .extern)
@@ -76,10 +76,6 @@ def kill_step_tasks() -> list[int]:
     return victims
 
 
-def _daemon_pids(comm: str) -> list[int]:
-    return [pid for pid, (_, c, _) in _procs().items() if c == comm]
-
-
 def _journal(line: str) -> None:
     if shutil.which("logger"):
         _run(["logger", "-t", "kernel", "-p", "kern.err", line])
@@ -93,7 +89,7 @@ def inject(kind: str, gpu: int, duration: float | None) -> dict[str, object]:
                  else f"NVRM: GPU at PCI:0000:{0x53 + gpu:02x}:00: GPU has fallen off the bus.")
         marker["killed"] = len(kill_step_tasks())
     elif kind == "slurmd-hang":
-        pids = _daemon_pids("slurmd")
+        pids = checks.pids_of("slurmd")
         if not pids:
             raise SystemExit("slurmpod-fault: no slurmd runs on this node")
         for pid in pids:
@@ -123,7 +119,7 @@ def clear(kinds: list[str]) -> list[str]:
     done = []
     for kind in kinds or list(marked):
         if kind == "slurmd-hang":
-            for pid in _daemon_pids("slurmd"):
+            for pid in checks.pids_of("slurmd"):
                 os.kill(pid, signal.SIGCONT)
         elif kind == "network-partition":
             while _run(["ip", "rule", "del", *PARTITION_RULE]).returncode == 0:

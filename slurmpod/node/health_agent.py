@@ -73,17 +73,9 @@ def node_reason(name: str) -> tuple[str, str, str] | None:
         return None
     if r.returncode != 0:
         return None
-    state = reason = features = ""
-    line = r.stdout.strip()
-    for token in line.split(" "):
-        if token.startswith("State="):
-            state = token[len("State="):]
-        elif token.startswith(("AvailableFeatures=", "ActiveFeatures=")):
-            features += "," + token.split("=", 1)[1]
-    if " Reason=" in line:
-        reason = line.split(" Reason=", 1)[1]
-        reason = reason.split(" [", 1)[0].strip()  # "Reason=Action:Replace [root@2026-12-01T17:00:00]"
-    return state, reason, features
+    rec = checks.parse_record(r.stdout.strip())
+    features = ",".join(rec.get(k, "") for k in ("AvailableFeatures", "ActiveFeatures"))
+    return rec.get("State", ""), checks.slurm_reason(rec), features
 
 
 def reason_for(result: checks.Result) -> tuple[str, str]:
