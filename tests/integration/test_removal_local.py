@@ -15,7 +15,7 @@ from tests.serverproc import ServerProcess, seed_groups, wait_status
 
 pytestmark = pytest.mark.integration
 
-DRAIN = 8
+DRAIN = 10
 
 
 @pytest.fixture
@@ -60,12 +60,15 @@ def test_removal_waits_for_a_job_and_ends_only_what_outlives_the_drain(drain_ser
     first, second = (n["InstanceId"] for n in compute)
 
     # a job shorter than the drain timeout: the removal waits for it, the job completes
-    short = _submit(state, hosts[first], 4)
+    # (each in-node call is a CLI start, a second or more under load: the job's own end is what is checked, not
+    # that it still runs at some instant)
+    short = _submit(state, hosts[first], 6)
     c.batch_delete_cluster_nodes(ClusterName="rm", NodeIds=[first])
-    time.sleep(1.5)
-    assert in_node(state, "rm", None, "squeue", "-h", "-j", short, "-o", "%T").stdout.strip() == "RUNNING"
+    time.sleep(1.0)
     assert any(first in n["InstanceId"] for n in c.list_cluster_nodes(ClusterName="rm")["ClusterNodeSummaries"])
     _wait_gone(c, first, 30)
+    ended = in_node(state, "rm", None, "squeue", "-h", "-t", "all", "-j", short, "-o", "%T").stdout.strip()
+    assert ended == "COMPLETED", ended
     events = _events(c, "rm")
     assert any(f"runs job(s) {short}" in e and "before it is removed" in e for e in events), events
     assert not any("were ended" in e for e in events)
