@@ -43,6 +43,9 @@ BASE_PACKAGES = (
     "adduser", "lsof",
     # deep health checks (InstanceStress); the headers slurmpod's SPANK plugin is built against (nodelayer)
     "stress-ng", "libslurm-dev",
+    # containers in jobs: podman/crun (srun --container-image), catatonit (the holder's process), squashfs-tools
+    # (.sqsh images), Docker
+    "podman", "crun", "catatonit", "squashfs-tools", "docker.io",
 )
 DEFAULT_SUITE = "bookworm"
 MIRROR = os.environ.get("SLURMPOD_DEBIAN_MIRROR", "http://deb.debian.org/debian")

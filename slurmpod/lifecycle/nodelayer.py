@@ -32,7 +32,7 @@ from slurmpod.lifecycle.rootfs import RootfsError, resolve_in_root
 from slurmpod.slurm.accounting import MARIADB_TEMPLATE
 from slurmpod.slurm.units import PLACEHOLDER, SLURMD_ENV
 
-RECIPE_VERSION = 6
+RECIPE_VERSION = 7
 
 MASKED = (
     "getty@tty1.service", "console-getty.service", "systemd-firstboot.service",
@@ -302,30 +302,35 @@ def ubuntu_user(root: Path, chroot: Chroot) -> None:
     chroot(["visudo", "-c", "-q", "-f", "/etc/sudoers.d/90-ubuntu"])
 
 
-SPANK_SOURCE = "spank_auto_resume.c"
-SPANK_PLUGIN = "/usr/lib/slurmpod/spank_auto_resume.so"
+#: slurmpod's SPANK plugins: source in slurmpod/node -> the plugin in the image (plugstack.conf lists them)
+SPANK_PLUGINS = {
+    "spank_auto_resume.c": "/usr/lib/slurmpod/spank_auto_resume.so",  # srun --auto-resume
+    "spank_containers.c": "/usr/lib/slurmpod/spank_containers.so",  # srun/sbatch --container-image (Pyxis's)
+}
+SPANK_PLUGIN = SPANK_PLUGINS["spank_auto_resume.c"]
 CC_TIMEOUT = 120.0
 
 
 def spank_plugin(root: Path) -> bool:
-    """Builds the auto-resume SPANK plugin into the image; False (and no plugin) without the image's headers."""
+    """Builds slurmpod's SPANK plugins into the image; False (and none) without the image's Slurm headers."""
     include = resolve_in_root(root, "/usr/include/slurm/spank.h")
     if include is None or not include.is_file():
         return False
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        raise LayerError("no C compiler on this host to build the auto-resume SPANK plugin (apt-get install gcc)")
-    out = root / SPANK_PLUGIN.lstrip("/")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    source = resources.files("slurmpod.node").joinpath(SPANK_SOURCE)
-    with resources.as_file(source) as src, tempfile.TemporaryDirectory(prefix="slurmpod-spank-") as inc:
+        raise LayerError("no C compiler on this host to build slurmpod's SPANK plugins (apt-get install gcc)")
+    with tempfile.TemporaryDirectory(prefix="slurmpod-spank-") as inc:
         # only the image's slurm/ headers: the build host's own (if any, another Slurm) must not be seen
         Path(inc, "slurm").symlink_to(include.parent)
-        r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I", inc,  # noqa: S603
-                            "-o", str(out), str(src)], capture_output=True, text=True, timeout=CC_TIMEOUT)
-    if r.returncode != 0:
-        raise LayerError(f"building the auto-resume SPANK plugin failed: {r.stderr.strip()[-600:]}")
-    out.chmod(0o755)
+        for name, plugin in SPANK_PLUGINS.items():
+            out = root / plugin.lstrip("/")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with resources.as_file(resources.files("slurmpod.node").joinpath(name)) as src:
+                r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I", inc,  # noqa: S603
+                                    "-o", str(out), str(src)], capture_output=True, text=True, timeout=CC_TIMEOUT)
+            if r.returncode != 0:
+                raise LayerError(f"building the SPANK plugin {name} failed: {r.stderr.strip()[-600:]}")
+            out.chmod(0o755)
     return True
 
 

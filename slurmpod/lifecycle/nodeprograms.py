@@ -24,6 +24,7 @@ ENTRY_POINTS: dict[str, str] = {
     "slurmpod-fault": "fault",
     "auto-resume": "auto_resume",  # exec'd by the SPANK plugin for srun --auto-resume=1
     "slurmpod-deep-health-check": "deep_health",
+    "slurmpod-container": "container",  # run by the containers SPANK plugin (srun --container-image)
 }
 HEALTH_CONFIG = "/etc/slurmpod/health.json"  # health_agent.CONFIG_FILE: only compute nodes get it
 HEALTH_UNIT = f"""[Unit]

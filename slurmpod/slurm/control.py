@@ -34,7 +34,8 @@ PLUGSTACK_CONF = "/etc/slurm/plugstack.conf"
 #: SPANK plugins, served to every node by configless Slurm (replacing Debian's include of plugstack.conf.d/*,
 #: which configless does not ship); ``optional``: an image without the plugin still runs srun
 PLUGSTACK = ("# slurmpod: SPANK plugins (configless Slurm serves this file to every node)\n"
-             "optional /usr/lib/slurmpod/spank_auto_resume.so\n")
+             "optional /usr/lib/slurmpod/spank_auto_resume.so\n"
+             "optional /usr/lib/slurmpod/spank_containers.so\n")
 #: where AWS's sample lifecycle scripts look for slurm.conf (SPEC §6); a symlink on every node
 OPT_SLURM_CONF = "/opt/slurm/etc/slurm.conf"
 #: slurmd's configless cache link on compute nodes

@@ -30,6 +30,7 @@ from slurmpod.providers.local.layout import NETNS_PREFIX, Layout, link_alias
 from slurmpod.providers.local.netns import netns_inode
 from slurmpod.providers.local.pkgproxy import PackageProxy, PackageProxyError
 from slurmpod.providers.local.procscan import NodeProcess, NodeRef, ProcFS, alive, scan_processes
+from slurmpod.providers.local.registry import ContainerRegistry, RegistryError
 from slurmpod.providers.local.state import InstanceRecord, read_json, write_json
 
 TERM_GRACE = 5.0  # seconds the daemons get to exit on SIGTERM
@@ -105,6 +106,10 @@ def _scan(state_dir: Path, proc: ProcFS | None = None,
     proxy_pid, proxy_bound = PackageProxy(state_dir).status()
     if proxy_pid:
         found.proxy = f"package proxy: apt-cacher-ng {proxy_pid} on {' '.join(proxy_bound) or '?'}"
+    registry = ContainerRegistry(state_dir).status()
+    if registry:
+        found.proxy = "; ".join(filter(None, [found.proxy, "container registry: docker-registry " + " ".join(
+            f"{pid} on {ip}" for ip, pid in registry)]))
 
     # a netns without record or alias (eth0 not configured yet) that a holder of ours is in
     proc = proc or ProcFS()
@@ -280,6 +285,8 @@ def cleanup_report(state_dir: Path, *, dry_run: bool = False, grace: float = TER
         surviving = {p.pid for p in report.survivors}
         report.ended = [(p, h) for p, h in report.ended if p.pid not in surviving]
 
+    with contextlib.suppress(RegistryError, OSError):
+        ContainerRegistry(state_dir).reset()  # the container registry's processes (ours only, by PID)
     with contextlib.suppress(PackageProxyError):  # a survivor shows in ``remaining``
         PackageProxy(state_dir).reset()  # stops it (ours only, by PID) and forgets the bridges; the cache stays
     for mnt in sorted(found.mounts, key=lambda m: (m.count("/"), len(m)), reverse=True):

@@ -17,6 +17,8 @@ State layout (``<state_dir>/local/``)::
             boot.json         input of nodeinit for the current boot
             holder.log        nodeinit's stderr
             upper/ work/      the root volume (overlay upper and work dirs)
+            containers/ docker/  the root volume's container storage (podman's, Docker's), bind-mounted at
+                              ``NODE_DATA_DIRS``: their overlay drivers cannot sit on the node's overlay root
             mnt/              assembly point of the overlay (only visible inside the node)
 """
 
@@ -27,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 NETNS_PREFIX = "sp-"
+#: instance subdirectory -> node path: parts of the root volume a systemd node gets as plain directories
+NODE_DATA_DIRS = (("containers", "/var/lib/containers"), ("docker", "/var/lib/docker"))
 BRIDGE_PREFIX = "sp"
 VETH_PREFIX = "spv"
 ALIAS_PREFIX = "slurmpod:"

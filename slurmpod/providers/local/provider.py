@@ -33,8 +33,16 @@ from slurmpod.providers.local.commands import host_run
 from slurmpod.providers.local.holder import SEED_FILE, write_seed
 from slurmpod.providers.local.imds import ImdsServer
 from slurmpod.providers.local.imds_source import http_tokens, record_metadata
-from slurmpod.providers.local.layout import Layout, bridge_name, link_alias, netns_name, veth_name
+from slurmpod.providers.local.layout import (
+    NODE_DATA_DIRS,
+    Layout,
+    bridge_name,
+    link_alias,
+    netns_name,
+    veth_name,
+)
 from slurmpod.providers.local.pkgproxy import PackageProxy, PackageProxyError
+from slurmpod.providers.local.registry import ContainerRegistry, RegistryError
 from slurmpod.providers.local.runner import LocalRunner, nsenter_argv
 from slurmpod.providers.local.state import InstanceRecord, file_lock, read_json, rewrite_hosts, write_json
 from slurmpod.providers.local.sysnode import (
@@ -80,6 +88,7 @@ class LocalProvider:
         # provider object of the state dir through a file lock; the server's stop path calls close()
         self.pkgproxy = PackageProxy(self.state_dir)
         self._pkgproxy_warned: set[str] = set()
+        self.registry = ContainerRegistry(self.state_dir)  # images for srun --container-image (registry.py)
         # IMDS at 169.254.169.254 in every node (imds.py); only the long-lived owner of the nodes (the server,
         # through start_services) turns it on: short-lived users (connect, demo) must not take the listeners
         self._imds_on = False
@@ -270,6 +279,9 @@ class LocalProvider:
                 raise PermanentProviderError("this host has no cgroup2 hierarchy (/sys/fs/cgroup or "
                                              "/sys/fs/cgroup/unified): systemd nodes need one")
             cfg["init"] = "systemd"
+            for sub, path in NODE_DATA_DIRS:  # container storage: a plain directory of the root volume
+                (inst / sub).mkdir(exist_ok=True)
+                volumes.append([str(inst / sub), path])
             cfg["files"] = node_files(net["subnet"])
             host_limits_once()
         seed = inst / SEED_FILE
@@ -351,7 +363,7 @@ class LocalProvider:
             rec = self._require(request.cluster_id, request.instance_id)
             self._stop(rec)
             inst = self.layout.instance(rec.cluster_id, rec.instance_id)
-            for sub in ("upper", "work", "mnt"):
+            for sub in ("upper", "work", "mnt", *(d for d, _ in NODE_DATA_DIRS)):
                 shutil.rmtree(inst / sub, ignore_errors=True)
                 (inst / sub).mkdir(parents=True)
             rec.image_id, rec.image_root = request.image_id, request.image_root
@@ -428,28 +440,32 @@ class LocalProvider:
     # ------------------------------------------------------------------ package proxy (pkgproxy.py)
 
     def _pkgproxy_ensure(self, subnet: str) -> None:
-        """The package proxy listens on the cluster bridge. A failure (e.g. apt-cacher-ng not installed) is
-        logged once, never a failed launch: the nodes' apt/pip then report the refused proxy themselves."""
-        try:
-            self.pkgproxy.ensure(netns.gateway_ip(subnet))
-        except (PackageProxyError, ProviderError, OSError, ValueError) as exc:
-            if str(exc) not in self._pkgproxy_warned:
-                self._pkgproxy_warned.add(str(exc))
-                log.warning("package proxy unavailable for %s: %s", subnet, exc)
+        """The package proxy and the container registry listen on the cluster bridge. A failure (e.g.
+        apt-cacher-ng not installed) is logged once, never a failed launch: the nodes' apt/pip/podman then
+        report the refused connection themselves."""
+        for service in (self.pkgproxy, self.registry):
+            try:
+                service.ensure(netns.gateway_ip(subnet))
+            except (PackageProxyError, RegistryError, ProviderError, OSError, ValueError) as exc:
+                if str(exc) not in self._pkgproxy_warned:
+                    self._pkgproxy_warned.add(str(exc))
+                    log.warning("%s unavailable for %s: %s", type(service).__name__, subnet, exc)
 
     def _pkgproxy_release(self, subnet: str) -> None:
-        try:
-            self.pkgproxy.release(netns.gateway_ip(subnet))
-        except (PackageProxyError, ProviderError, OSError, ValueError) as exc:
-            log.warning("package proxy: releasing %s failed: %s", subnet, exc)
+        for service in (self.pkgproxy, self.registry):
+            try:
+                service.release(netns.gateway_ip(subnet))
+            except (PackageProxyError, RegistryError, ProviderError, OSError, ValueError) as exc:
+                log.warning("%s: releasing %s failed: %s", type(service).__name__, subnet, exc)
 
     def _pkgproxy_resume(self) -> None:
-        """Server start: the proxy listens again on the bridges of the clusters that exist (a server that
-        stopped cleanly stopped it; one that crashed left it running, and it is reused)."""
-        try:
-            self.pkgproxy.resume()
-        except (PackageProxyError, ProviderError, OSError) as exc:
-            log.warning("package proxy unavailable: %s", exc)
+        """Server start: the proxy and the registry listen again on the bridges of the clusters that exist (a
+        server that stopped cleanly stopped them; one that crashed left them running, and they are reused)."""
+        for service in (self.pkgproxy, self.registry):
+            try:
+                service.resume()
+            except (PackageProxyError, RegistryError, ProviderError, OSError) as exc:
+                log.warning("%s unavailable: %s", type(service).__name__, exc)
 
     # ------------------------------------------------------------------ node services (server start/stop)
 
@@ -462,6 +478,7 @@ class LocalProvider:
         """Server stop: stops them (the nodes keep running; ``start_services`` serves them again)."""
         self.close_imds()  # instance metadata (imds.py)
         self.pkgproxy.close()  # package proxy (pkgproxy.py)
+        self.registry.close()  # container registry (registry.py)
 
     # ------------------------------------------------------------------ helpers
 

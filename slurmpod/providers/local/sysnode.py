@@ -16,6 +16,7 @@ from pathlib import Path
 from slurmpod.providers.base import TemporaryProviderError
 from slurmpod.providers.local import netns
 from slurmpod.providers.local.pkgproxy import host_ca_bundle, node_proxy_files
+from slurmpod.providers.local.registry import node_registry_files
 from slurmpod.providers.local.runner import nsenter_argv
 
 log = logging.getLogger("slurmpod.local")
@@ -77,8 +78,10 @@ def _ca_bundle() -> str | None:
 
 
 def node_files(subnet: str) -> list[list[object]]:
-    """``[[node_path, text, mode], ...]`` nodeinit writes at every boot: the package proxy settings."""
+    """``[[node_path, text, mode], ...]`` nodeinit writes at every boot: the package proxy's and the container
+    registry's settings."""
     files = node_proxy_files(netns.gateway_ip(subnet), subnet, ca_bundle=_ca_bundle())
+    files.update(node_registry_files(netns.gateway_ip(subnet)))
     return [[path, text, 0o644] for path, text in sorted(files.items())]
 
 
