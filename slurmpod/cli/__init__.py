@@ -19,6 +19,7 @@ from slurmpod.cli.admin import (
 from slurmpod.cli.audit import add_audit_parser
 from slurmpod.cli.common import fill_common, spread_common, version
 from slurmpod.cli.connect import cmd_connect
+from slurmpod.cli.containers import add_containers_parser
 from slurmpod.cli.events import add_events_parser
 from slurmpod.cli.faults import add_faults_parser
 from slurmpod.cli.hosts import add_hosts_parser
@@ -196,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_hosts_parser(sub)
 
     add_images_parser(sub)
+    add_containers_parser(sub)
     add_logs_parser(sub)
     add_audit_parser(sub)
     spread_common(parser)

@@ -47,6 +47,7 @@ PAUSE_IN_CONTAINER = "/.slurmpod-pause"
 PULL_TIMEOUT = 900.0
 RUN_TIMEOUT = 120.0
 JOB_LABEL = "slurmpod.job"
+NAMED_LABEL = "slurmpod.named"
 FILE_IMAGES = "localhost/slurmpod-file"
 DEVICE_PREFIXES = ("nvidia", "neuron")
 
@@ -214,8 +215,9 @@ def _devices() -> list[str]:
     return []
 
 
-def run_argv(cname: str, job: str, image: str, user: User, mounts: list[Mount]) -> list[str]:
+def run_argv(cname: str, job: str, image: str, user: User, mounts: list[Mount], named: bool) -> list[str]:
     argv = ["run", "--detach", "--pull=never", "--name", cname, "--label", f"{JOB_LABEL}={job}",
+            "--label", f"{NAMED_LABEL}={int(named)}",
             "--network=host", "--ipc=host", "--uts=host", "--log-driver=none",
             # the holder stays in the step's cgroup (the tasks are there anyway): no cgroup of its own, no eBPF
             # device program (crun would raise RLIMIT_MEMLOCK for it, which a node cannot). podman then wants a
@@ -252,6 +254,8 @@ def start(args: argparse.Namespace) -> list[str]:
         raise SpecError(f"--container-workdir: {args.workdir!r} is not an absolute path")
     ref = parse_image(args.image)
     check_sources(mounts, user)
+    if args.bind_ro:  # the batch script's directory (slurmd's spool): the plugin's, not the user's, spec
+        mounts.append(Mount(args.bind_ro, args.bind_ro, readonly=True))
     image = ensure_image(ref, user)
     cname = container_name(args.job, args.step, name)
     pid = _holder_pid(cname) if name else None
@@ -259,7 +263,8 @@ def start(args: argparse.Namespace) -> list[str]:
         pid = _holder_pid(cname)  # a named container of the job, stopped with its step: its files are kept
     if pid is None:
         podman("rm", "--force", "--time", "0", cname)  # a stopped one of the same name (a crashed step)
-        r = podman(*run_argv(cname, args.job, image, user, mounts))
+        _remove_ended(args.job)
+        r = podman(*run_argv(cname, args.job, image, user, mounts, bool(name)))
         if r.returncode != 0:
             raise ContainerError(f"starting a container of {args.image} failed: {_last_error(r.stderr)}")
         pid = _holder_pid(cname)
@@ -270,6 +275,16 @@ def start(args: argparse.Namespace) -> list[str]:
     out = [f"pid {pid}", f"workdir {args.workdir or workdir.strip() or '/'}"]
     out += [f"env {k}={v}" for k, v in image_env(json.loads(env_json or "[]") or [], keep)]
     return out
+
+
+def _remove_ended(job: str) -> None:
+    """The job's earlier unnamed containers: their holders ended with their steps (Slurm kills a step's
+    processes; the holder is one), so nothing waits for their removal at a step's end."""
+    r = podman("ps", "--all", "--quiet", "--filter", f"label={JOB_LABEL}={job}", "--filter", f"label={NAMED_LABEL}=0",
+               "--filter", "status=exited")
+    ids = r.stdout.split() if r.returncode == 0 else []
+    if ids:
+        podman("rm", "--force", "--time", "0", *ids)
 
 
 def stop(job: str, step: str) -> None:
@@ -291,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument(opt, required=True)
     s.add_argument("--uid", type=int, required=True)
     s.add_argument("--gid", type=int, required=True)
-    for opt in ("--mounts", "--workdir", "--name", "--env"):
+    for opt in ("--mounts", "--workdir", "--name", "--env", "--bind-ro"):
         s.add_argument(opt, default="")
     s.add_argument("--mount-home", action="store_true")
     t = sub.add_parser("stop")

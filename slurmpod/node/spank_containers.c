@@ -16,7 +16,9 @@
  *    the task itself (its cgroup, environment, signals, Slurm's I/O) sees the image's root filesystem.
  *  - every task, as the user (task_init): the image's environment over the job's (except --container-env
  *    names and SLURM_*), --container-remap-root (a user namespace mapping the user to root), the workdir.
- *  - end of step (exit): an unnamed holder is removed; job epilog: every container of the job.
+ *  - the holder is in the step's cgroup: it ends with the step (its container is removed by the job's next
+ *    container step on the node); a named one (--container-name) is started again by the job's later steps,
+ *    with its files. Job epilog: every container of the job is removed.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -217,6 +221,20 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	if (opt_name) { argv[k++] = "--name"; argv[k++] = opt_name; }
 	if (opt_env) { argv[k++] = "--env"; argv[k++] = opt_env; }
 	if (opt_mount_home) argv[k++] = "--mount-home";
+	char script_dir[PATH_MAX] = "";
+	int job_argc = 0;
+	char **job_argv = NULL;
+	if (step == BATCH_STEP && spank_get_item(sp, S_JOB_ARGV, &job_argc, &job_argv) == ESPANK_SUCCESS &&
+	    job_argc > 0 && job_argv[0][0] == '/') {
+		/* the batch script (in slurmd's spool) runs inside the container: its directory is mounted there */
+		snprintf(script_dir, sizeof(script_dir), "%s", job_argv[0]);
+		char *slash = strrchr(script_dir, '/');
+		if (slash && slash != script_dir) {
+			*slash = '\0';
+			argv[k++] = "--bind-ro";
+			argv[k++] = script_dir;
+		}
+	}
 	argv[k] = NULL;
 	char *err = NULL;
 	int rc = run_helper(argv, &helper_out, &err);
@@ -243,35 +261,41 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
+	(void) sp;
 	(void) ac;
 	(void) av;
-	if (!active)
-		return 0;
-	uint32_t local = 0;
-	spank_get_item(sp, S_TASK_ID, &local);
-	if (failure) {
-		/* slurmstepd runs the task even when this returns an error: the task ends here */
-		if (local == 0)
-			slurm_error("%s", failure);
-		fflush(NULL);
-		_exit(1);
-	}
+	if (!active || failure)
+		return 0;  /* a failure ends the task in task_init (here slurmstepd still waits to unblock it) */
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", holder_pid);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || setns(fd, CLONE_NEWNS) < 0) {
-		slurm_error("containers: cannot enter the container (%s): %s", path, strerror(errno));
-		_exit(1);
+		if (asprintf(&failure, "containers: cannot enter the container (%s): %s", path, strerror(errno)) < 0)
+			failure = "containers: cannot enter the container";
+		if (fd >= 0)
+			close(fd);
+		return 0;
 	}
 	close(fd);
 	/* a mount namespace of the task's own (a copy of the container's) with a /proc of the node's PID namespace,
 	 * which the task is in (the holder has a PID namespace of its own) */
 	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0 ||
 	    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) {
-		slurm_error("containers: cannot mount /proc in the container: %s", strerror(errno));
-		_exit(1);
+		if (asprintf(&failure, "containers: cannot mount /proc in the container: %s", strerror(errno)) < 0)
+			failure = "containers: cannot mount /proc in the container";
 	}
 	return 0;
+}
+
+/* the task ends with the message (slurmstepd would run it even when task_init returns an error) */
+static void fail_task(spank_t sp, const char *msg)
+{
+	uint32_t local = 0;
+	spank_get_item(sp, S_TASK_ID, &local);
+	if (local == 0)
+		slurm_error("%s", msg);
+	fflush(NULL);
+	_exit(1);
 }
 
 static int write_file(const char *path, const char *text)
@@ -288,8 +312,10 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
 	(void) ac;
 	(void) av;
-	if (!active || failure)
+	if (!active)
 		return 0;
+	if (failure)
+		fail_task(sp, failure);
 	/* the image's environment (the helper left out --container-env names and SLURM_*) */
 	for (char *p = helper_out; p && p < helper_out + MAX_OUT && *p; p += strlen(p) + 1) {
 		if (strncmp(p, "env ", 4) != 0)
@@ -305,45 +331,30 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 		uid_t uid = getuid();
 		gid_t gid = getgid();
 		char map[64];
+		char why[256];
 		if (unshare(CLONE_NEWUSER) < 0) {
-			slurm_error("containers: --container-remap-root: cannot make a user namespace: %s", strerror(errno));
-			_exit(1);
+			snprintf(why, sizeof(why), "containers: --container-remap-root: cannot make a user namespace: %s",
+				 strerror(errno));
+			fail_task(sp, why);
 		}
+		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);  /* cleared when slurmstepd changed our uid: /proc/self is root's */
 		write_file("/proc/self/setgroups", "deny");
 		snprintf(map, sizeof(map), "0 %u 1\n", (unsigned) uid);
 		int a = write_file("/proc/self/uid_map", map);
 		snprintf(map, sizeof(map), "0 %u 1\n", (unsigned) gid);
 		if (a < 0 || write_file("/proc/self/gid_map", map) < 0) {
-			slurm_error("containers: --container-remap-root: cannot map uid %u to root: %s", (unsigned) uid,
-				    strerror(errno));
-			_exit(1);
+			snprintf(why, sizeof(why), "containers: --container-remap-root: cannot map uid %u to root: %s",
+				 (unsigned) uid, strerror(errno));
+			fail_task(sp, why);
 		}
 	}
 	const char *dir = workdir && *workdir ? workdir : "/";
 	if (chdir(dir) < 0) {
-		slurm_error("containers: --container-workdir: cannot enter %s in the container: %s", dir, strerror(errno));
-		_exit(1);
+		char why[PATH_MAX + 128];
+		snprintf(why, sizeof(why), "containers: --container-workdir: cannot enter %s in the container: %s", dir,
+			 strerror(errno));
+		fail_task(sp, why);
 	}
-	return 0;
-}
-
-int slurm_spank_exit(spank_t sp, int ac, char **av)
-{
-	(void) ac;
-	(void) av;
-	if (spank_context() != S_CTX_REMOTE || !active || opt_name || holder_pid <= 0)
-		return 0;
-	uint32_t job = 0, step = 0;
-	if (!ids(sp, &job, &step, NULL, NULL))
-		return 0;
-	char sjob[16], sstep[16];
-	snprintf(sjob, sizeof(sjob), "%u", job);
-	step_name(step, sstep, sizeof(sstep));
-	char *argv[] = {"slurmpod-container", "stop", "--job", sjob, "--step", sstep, NULL};
-	char *out = NULL, *err = NULL;
-	run_helper(argv, &out, &err);
-	free(out);
-	free(err);
 	return 0;
 }
 
