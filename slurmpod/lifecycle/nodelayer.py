@@ -9,10 +9,11 @@
   literal ``${SLURMD_OPTIONS}`` placeholder AWS's ``start_slurm.sh`` renders with envsubst, ``slurmctld.service``
   reading ``/opt/slurm/etc/slurm.conf`` (both Restart=on-failure, the stock unit's Type kept), user ``ubuntu``
   (uid/gid 1000, bash, passwordless sudo), ``/opt/sagemaker_cluster``, ``/opt/ml/config``, ``/var/log/provision``.
-* slurmpod's SPANK plugin (``srun --auto-resume``, ``slurmpod/node/spank_auto_resume.c``) compiled with the build
-  host's C compiler against the image's own ``<slurm/spank.h>`` (a plugin must match the Slurm that loads it) into
-  ``/usr/lib/slurmpod/spank_auto_resume.so``; an image without Slurm's headers gets none (plugstack.conf lists it
-  as ``optional``). The plugin's Python side is a boot file, like the node's other programs.
+* slurmpod's SPANK plugins (``SPANK_PLUGINS``: ``srun --auto-resume``, ``slurmpod/node/spank_auto_resume.c``;
+  Pyxis's ``--container-*`` options, ``spank_containers.c``) compiled with the build host's C compiler against the
+  image's own ``<slurm/spank.h>`` (a plugin must match the Slurm that loads it) into ``/usr/lib/slurmpod/``; an
+  image without Slurm's headers gets none (plugstack.conf lists them as ``optional``). The plugins' Python sides
+  are boot files, like the node's other programs.
 
 Units are rendered from the image's own stock units, so User/PIDFile/limits follow the suite's Slurm.
 Bump ``RECIPE_VERSION`` whenever the layer or the base package list changes.
@@ -281,7 +282,8 @@ def contract_dirs(root: Path) -> None:
 
 
 def ubuntu_user(root: Path, chroot: Chroot) -> None:
-    """``ubuntu`` uid/gid 1000, bash, in group sudo, passwordless sudo (validated by the image's visudo)."""
+    """``ubuntu`` uid/gid 1000, bash, in groups sudo and docker (when the image has them), passwordless sudo
+    (validated by the image's visudo)."""
     passwd = (root / "etc/passwd").read_text()
     entry = next((line.split(":") for line in passwd.splitlines() if line.startswith("ubuntu:")), None)
     if entry is not None and entry[2] != str(UBUNTU_UID):
@@ -297,6 +299,10 @@ def ubuntu_user(root: Path, chroot: Chroot) -> None:
         extra = ["-G", "sudo"] if any(line.startswith("sudo:") for line in groups.splitlines()) else []
         chroot(["useradd", "-m", "-u", str(UBUNTU_UID), "-g", "ubuntu", *extra, "-s", "/bin/bash",
                 "-c", "Ubuntu", "ubuntu"])
+    groups = (root / "etc/group").read_text()
+    docker = next((line for line in groups.splitlines() if line.startswith("docker:")), None)
+    if docker is not None and "ubuntu" not in docker.rsplit(":", 1)[-1].split(","):
+        chroot(["usermod", "-aG", "docker", "ubuntu"])  # HyperPod's: ubuntu runs docker without sudo
     sudoers = root / "etc/sudoers.d/90-ubuntu"
     _write(sudoers, SUDOERS, 0o440)
     chroot(["visudo", "-c", "-q", "-f", "/etc/sudoers.d/90-ubuntu"])

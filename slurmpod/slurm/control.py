@@ -36,6 +36,16 @@ PLUGSTACK_CONF = "/etc/slurm/plugstack.conf"
 PLUGSTACK = ("# slurmpod: SPANK plugins (configless Slurm serves this file to every node)\n"
              "optional /usr/lib/slurmpod/spank_auto_resume.so\n"
              "optional /usr/lib/slurmpod/spank_containers.so\n")
+OCI_CONF = "/etc/slurm/oci.conf"
+#: Slurm's native ``--container=BUNDLE`` (an OCI bundle on the node): Debian's crun, rootless, SchedMD's suggested
+#: one-shot set (configless serves the file; the bundle's config.json must be a rootless one, e.g. ``crun spec
+#: --rootless``)
+_CRUN = "crun --rootless=true --root=/tmp/"
+OCI = ("# slurmpod: Slurm's own --container (configless Slurm serves this file to every node)\n"
+       f'RunTimeQuery="{_CRUN} state %n.%u.%j.%s.%t"\n'
+       f'RunTimeKill="{_CRUN} kill -a %n.%u.%j.%s.%t"\n'
+       f'RunTimeDelete="{_CRUN} delete --force %n.%u.%j.%s.%t"\n'
+       f'RunTimeRun="{_CRUN} run --bundle %b %n.%u.%j.%s.%t"\n')
 #: where AWS's sample lifecycle scripts look for slurm.conf (SPEC §6); a symlink on every node
 OPT_SLURM_CONF = "/opt/slurm/etc/slurm.conf"
 #: slurmd's configless cache link on compute nodes
@@ -264,6 +274,7 @@ def write_controller_conf(runner: CommandRunner, conf_text: str, cgroup_text: st
     ensure_dir(runner, state, 0o755, "slurm")
     write_file(runner, CGROUP_CONF, cgroup_text.encode(), 0o644)
     write_file(runner, PLUGSTACK_CONF, PLUGSTACK.encode(), 0o644)
+    write_file(runner, OCI_CONF, OCI.encode(), 0o644)
     if conf_value(conf_text, "GresTypes"):  # configless serves it; each node's own lines are included
         write_file(runner, GRES_CONF, render_gres_conf().encode(), 0o644)
     write_file(runner, SLURM_CONF, conf_text.encode(), 0o644)
