@@ -24,7 +24,9 @@ PKGS=(slurmctld slurmd slurm-client munge iproute2 util-linux procps iputils-pin
       gcc libc6-dev  # builds slurmpod's SPANK plugin (srun --auto-resume) against each image's Slurm headers
       slurmdbd mariadb-server  # accounting: run inside each cluster's accounting host, never on this host
       python3 python3-venv python3-pip ca-certificates logrotate
-      apt-cacher-ng)  # the nodes' package proxy: slurmpod runs its own, bound to the cluster bridges only
+      apt-cacher-ng  # the nodes' package proxy: slurmpod runs its own, bound to the cluster bridges only
+      docker-registry  # the clusters' container registry (srun --container-image): slurmpod runs its own per bridge
+      podman squashfs-tools)  # slurmpod containers import (a private storage per import; .sqsh root filesystems)
 if [ "$WITH_TESTS" = 1 ]; then
   PKGS+=(openssh-server  # ssh provider tests: sshd runs only inside test hosts (namespaces), never on this host
          postgresql  # the store tests on a real PostgreSQL (a private server per test session)
@@ -49,12 +51,16 @@ fi
 # Likewise apt-cacher-ng: its Debian service would proxy for anyone on every interface (port 3142); slurmpod
 # runs its own per state dir, listening on the cluster bridges only (slurmpod/providers/local/pkgproxy.py)
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-  systemctl disable --now mariadb.service slurmdbd.service apt-cacher-ng.service >/dev/null 2>&1 || true
+  systemctl disable --now mariadb.service slurmdbd.service apt-cacher-ng.service docker-registry.service \
+    >/dev/null 2>&1 || true
 elif command -v update-rc.d >/dev/null 2>&1; then
-  for svc in mariadb slurmdbd apt-cacher-ng; do update-rc.d "$svc" disable >/dev/null 2>&1 || true; done
+  for svc in mariadb slurmdbd apt-cacher-ng docker-registry; do update-rc.d "$svc" disable >/dev/null 2>&1 || true; done
 fi
-# also offline (systemd not running now): a later boot under systemd must not start Debian's apt-cacher-ng
-if command -v systemctl >/dev/null 2>&1; then systemctl disable apt-cacher-ng.service >/dev/null 2>&1 || true; fi
+# also offline (systemd not running now): a later boot under systemd must not start Debian's apt-cacher-ng or
+# docker-registry (which listens on every interface, port 5000; slurmpod's listen on the cluster bridges only)
+if command -v systemctl >/dev/null 2>&1; then
+  systemctl disable apt-cacher-ng.service docker-registry.service >/dev/null 2>&1 || true
+fi
 for pidf in /run/apt-cacher-ng/pid /var/run/apt-cacher-ng/pid; do
   if [ -s "$pidf" ] && [ "$(cat "/proc/$(cat "$pidf")/comm" 2>/dev/null)" = apt-cacher-ng ]; then
     pid=$(cat "$pidf"); kill -TERM "$pid" 2>/dev/null || true

@@ -89,7 +89,8 @@ def parse_image(uri: str) -> ImageRef:
         if not uri.endswith(IMAGE_FILE_SUFFIXES):
             raise SpecError(f"--container-image: {uri!r}: an image file ends in {', '.join(IMAGE_FILE_SUFFIXES)}")
         return ImageRef(path=uri)
-    rest = uri.split("@", 1)[1] if "@" in uri.split("#", 1)[0] else uri  # enroot's USER@ (credentials): ignored
+    # enroot's USER@ before REGISTRY# (credentials): ignored; a lone IMAGE@sha256:... is a digest
+    rest = uri.split("@", 1)[1] if "#" in uri and "@" in uri.split("#", 1)[0] else uri
     registry: str | None = None
     if "#" in rest:
         registry, rest = rest.split("#", 1)
