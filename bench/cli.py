@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 from bench import (
+    containers,
     deep_health,
     image_build,
     moto_compare,
@@ -39,8 +40,8 @@ from bench.stats import targets
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 SCENARIOS = {1: seed_local.NAME, 2: sw_update.NAME, 3: scale_local.NAME, 4: sim_scale.NAME, 5: moto_compare.NAME,
              6: image_build.NAME, 7: slurm_releases.NAME, 8: deep_health.NAME, 9: resilience.NAME,
-             10: multi_server.NAME}
-NOT_QUICK = {6, 7, 8, 9, 10}  # --quick without --scenario skips these
+             10: multi_server.NAME, 11: containers.NAME}
+NOT_QUICK = {6, 7, 8, 9, 10, 11}  # --quick without --scenario skips these
 
 
 def _span(s: dict[str, Any]) -> str:
@@ -184,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             scenario = resilience.run(min(few, 3), args.workdir)
         elif number == 10:
             scenario = multi_server.run(args.quick, args.workdir)
+        elif number == 11:
+            scenario = containers.run(few, args.workdir)
         else:
             scenario = moto_compare.run(args.quick, args.workdir)
         scenario["seconds"] = round(time.monotonic() - t, 1)
