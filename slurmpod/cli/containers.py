@@ -19,11 +19,18 @@ def add_containers_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--state-dir", default=str(default_state_dir()))
     csub = p.add_subparsers(dest="containers_command", required=True)
     i = csub.add_parser("import", help="push a root filesystem (directory, tar, .sqsh) or an image archive "
-                                       "(docker/podman save) to the registry")
+                                       "(docker/podman save) to the registry",
+                        epilog="examples:\n  slurmpod containers import ./rootfs --name myimage:1\n"
+                               "  slurmpod containers import /fsx/images/app.sqsh --name app:2\n"
+                               "  slurmpod containers import saved.tar --name pytorch:24.01   "
+                               "# docker save / podman save output",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     i.add_argument("source", help="directory, tar file, .sqsh file or image archive")
     i.add_argument("--name", required=True, help="IMAGE[:TAG] (what --container-image names)")
     i.add_argument("--state-dir", default=argparse.SUPPRESS)
-    s = csub.add_parser("status", help="where the registry listens")
+    s = csub.add_parser("status", help="where the registry listens",
+                        epilog="examples:\n  slurmpod containers status --state-dir /var/lib/slurmpod",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--state-dir", default=argparse.SUPPRESS)
     p.set_defaults(func=cmd_containers)
     return p

@@ -29,6 +29,7 @@ from slurmpod.providers.base import (
     TemporaryProviderError,
 )
 from slurmpod.providers.local import holder, netns
+from slurmpod.providers.local.bridgeservices import BridgeServices
 from slurmpod.providers.local.commands import host_run
 from slurmpod.providers.local.holder import SEED_FILE, write_seed
 from slurmpod.providers.local.imds import ImdsServer
@@ -41,8 +42,6 @@ from slurmpod.providers.local.layout import (
     netns_name,
     veth_name,
 )
-from slurmpod.providers.local.pkgproxy import PackageProxy, PackageProxyError
-from slurmpod.providers.local.registry import ContainerRegistry, RegistryError
 from slurmpod.providers.local.runner import LocalRunner, nsenter_argv
 from slurmpod.providers.local.state import InstanceRecord, file_lock, read_json, rewrite_hosts, write_json
 from slurmpod.providers.local.sysnode import (
@@ -84,11 +83,11 @@ class LocalProvider:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self.last_boot_seconds = 0.0  # duration of the most recent boot (network + holder + probe)
-        # apt/pip for the nodes: the state dir's apt-cacher-ng on its bridges (pkgproxy.py), shared by every
-        # provider object of the state dir through a file lock; the server's stop path calls close()
-        self.pkgproxy = PackageProxy(self.state_dir)
-        self._pkgproxy_warned: set[str] = set()
-        self.registry = ContainerRegistry(self.state_dir)  # images for srun --container-image (registry.py)
+        # apt/pip and container images for the nodes: the state dir's apt-cacher-ng and docker-registry on its
+        # bridges (bridgeservices.py), shared by every provider object of the state dir through file locks; the
+        # server's stop path calls close()
+        self.services = BridgeServices(self.state_dir)
+        self.pkgproxy = self.services.pkgproxy
         # IMDS at 169.254.169.254 in every node (imds.py); only the long-lived owner of the nodes (the server,
         # through start_services) turns it on: short-lived users (connect, demo) must not take the listeners
         self._imds_on = False
@@ -109,7 +108,7 @@ class LocalProvider:
             if not hosts.exists():
                 rewrite_hosts(hosts, {})
             (self.layout.cluster(cluster_id) / "volumes").mkdir(parents=True, exist_ok=True)
-        self._pkgproxy_ensure(net["subnet"])  # outside the allocation lock: a (re)start takes tens of ms
+        self.services.ensure(net["subnet"])  # outside the allocation lock: a (re)start takes tens of ms
 
     def _ensure_network_record(self, cluster_id: str) -> dict:
         path = self.layout.network(cluster_id)
@@ -160,7 +159,7 @@ class LocalProvider:
                 write_json(self.layout.subnets, subnets)
             shutil.rmtree(self.layout.cluster(cluster_id), ignore_errors=True)
         if net is not None:
-            self._pkgproxy_release(net["subnet"])
+            self.services.release(net["subnet"])
 
     # ------------------------------------------------------------------ instances
 
@@ -437,48 +436,17 @@ class LocalProvider:
         if self._imds is not None:
             self._imds.close()
 
-    # ------------------------------------------------------------------ package proxy (pkgproxy.py)
-
-    def _pkgproxy_ensure(self, subnet: str) -> None:
-        """The package proxy and the container registry listen on the cluster bridge. A failure (e.g.
-        apt-cacher-ng not installed) is logged once, never a failed launch: the nodes' apt/pip/podman then
-        report the refused connection themselves."""
-        for service in (self.pkgproxy, self.registry):
-            try:
-                service.ensure(netns.gateway_ip(subnet))
-            except (PackageProxyError, RegistryError, ProviderError, OSError, ValueError) as exc:
-                if str(exc) not in self._pkgproxy_warned:
-                    self._pkgproxy_warned.add(str(exc))
-                    log.warning("%s unavailable for %s: %s", type(service).__name__, subnet, exc)
-
-    def _pkgproxy_release(self, subnet: str) -> None:
-        for service in (self.pkgproxy, self.registry):
-            try:
-                service.release(netns.gateway_ip(subnet))
-            except (PackageProxyError, RegistryError, ProviderError, OSError, ValueError) as exc:
-                log.warning("%s: releasing %s failed: %s", type(service).__name__, subnet, exc)
-
-    def _pkgproxy_resume(self) -> None:
-        """Server start: the proxy and the registry listen again on the bridges of the clusters that exist (a
-        server that stopped cleanly stopped them; one that crashed left them running, and they are reused)."""
-        for service in (self.pkgproxy, self.registry):
-            try:
-                service.resume()
-            except (PackageProxyError, RegistryError, ProviderError, OSError) as exc:
-                log.warning("%s unavailable: %s", type(service).__name__, exc)
-
     # ------------------------------------------------------------------ node services (server start/stop)
 
     def start_services(self) -> None:
         """Server start: the host-side services of the nodes."""
         self.start_imds()  # instance metadata in every node (imds.py)
-        self._pkgproxy_resume()  # apt/pip for lifecycle scripts (pkgproxy.py)
+        self.services.resume()  # apt/pip for lifecycle scripts, images for containers (bridgeservices.py)
 
     def close(self) -> None:
         """Server stop: stops them (the nodes keep running; ``start_services`` serves them again)."""
         self.close_imds()  # instance metadata (imds.py)
-        self.pkgproxy.close()  # package proxy (pkgproxy.py)
-        self.registry.close()  # container registry (registry.py)
+        self.services.close()  # package proxy, container registry (bridgeservices.py)
 
     # ------------------------------------------------------------------ helpers
 

@@ -1,0 +1,38 @@
+"""The cluster's container registry (``slurmpod.providers.local.registry``): node files and refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slurmpod.providers.local.registry import ContainerRegistry, RegistryError, node_registry_files
+
+
+def test_node_files_point_podman_docker_and_the_helper_at_the_bridge() -> None:
+    files = node_registry_files("10.231.7.1")
+    assert files["/etc/slurmpod/registry"] == "10.231.7.1:5000\n"
+    conf = files["/etc/containers/registries.conf.d/50-slurmpod.conf"]
+    assert 'unqualified-search-registries = ["10.231.7.1:5000"]' in conf and "insecure = true" in conf
+    daemon = json.loads(files["/etc/docker/daemon.json"])
+    assert daemon["insecure-registries"] == ["10.231.7.1:5000"] and daemon["data-root"] == "/var/lib/docker"
+    assert node_registry_files("10.231.7.1") == files  # pure
+
+
+@pytest.mark.parametrize("bad", ["0.0.0.0", "127.0.0.1", "not-an-ip"])
+def test_never_on_a_wildcard_or_loopback(bad: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        node_registry_files(bad)
+    with pytest.raises(ValueError):
+        ContainerRegistry(tmp_path).ensure(bad)
+
+
+def test_missing_binary_is_a_clear_error(tmp_path: Path) -> None:
+    reg = ContainerRegistry(tmp_path, binary=str(tmp_path / "no-docker-registry"))
+    with pytest.raises(RegistryError, match="apt-get install docker-registry"):
+        reg.ensure("10.231.7.1")
+    assert reg.status() == [] and reg.address() is None
+    reg.close()
+    reg.reset()
+    reg.resume()  # nothing recorded: nothing to do
