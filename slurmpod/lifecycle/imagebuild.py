@@ -47,6 +47,9 @@ BASE_PACKAGES = (
     # (.sqsh images), Docker
     "podman", "crun", "catatonit", "squashfs-tools", "docker.io",
 )
+#: base packages some suites lack (package -> those suites): Debian 13 moved Docker's command line out of
+#: docker.io into docker-cli
+NOT_IN_SUITES = {"docker-cli": ("bookworm",)}
 DEFAULT_SUITE = "bookworm"
 MIRROR = os.environ.get("SLURMPOD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 SECURITY_MIRROR = os.environ.get("SLURMPOD_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
@@ -93,7 +96,8 @@ class BuildRequest:
     verbose: bool = False
 
     def all_packages(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*BASE_PACKAGES, *self.packages)))
+        suite = tuple(p for p, lacking in NOT_IN_SUITES.items() if self.suite not in lacking)
+        return tuple(dict.fromkeys((*BASE_PACKAGES, *suite, *self.packages)))
 
 
 def check_request(req: BuildRequest) -> None:

@@ -44,3 +44,4 @@ def test_missing_source_and_registry_not_running(tmp_path: Path) -> None:
     (tmp_path / "root").mkdir()
     with pytest.raises(ContainerImportError, match="registry of .* is not running"):
         import_image(tmp_path, tmp_path / "root", "tiny:1")
+

@@ -433,3 +433,9 @@ def test_server_node_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert (image.image_id, image.kind) == (AMI, "rootfs") and cat.latest() == image
     assert node_image(local, cat) == image  # registered once
     assert node_image(ServerSettings(state_dir=tmp_path / "state", node_image=AMI), cat) == image
+
+
+def test_docker_cli_where_the_suite_splits_it_out() -> None:
+    assert "docker-cli" not in BuildRequest(suite="bookworm").all_packages()
+    trixie = BuildRequest(suite="trixie").all_packages()
+    assert "docker-cli" in trixie and "docker.io" in trixie and "podman" in trixie
