@@ -9,8 +9,9 @@
   image's ``workdir`` and ``env NAME=VALUE`` lines; the plugin makes every task of the step join the holder's
   mount namespace (``setns``), so the task *is* the job's process (its cgroup, its environment, its
   signals), seeing the image's root filesystem.
-* ``stop``: the step's holder is removed at the step's end (a named one, ``--container-name``, is kept for
-  the job's later steps on the node); ``cleanup``: every container of a job, at its end (SPANK job epilog).
+* The holder is in the step's cgroup, so it ends with the step; the job's next container step on the node removes
+  it. A named one (``--container-name``) is started again by the job's later steps, with its files.
+  ``cleanup``: every container of a job, at its end (the plugin's SPANK job epilog).
 
 Errors are one line on stderr (``slurmpod-container: ...``, exit 1), which the plugin shows the user.
 """
@@ -25,6 +26,7 @@ import os
 import pwd
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -56,14 +58,10 @@ class ContainerError(RuntimeError):
     pass
 
 
-def podman(*args: str, timeout: float = RUN_TIMEOUT, stdin: int | None = subprocess.DEVNULL,
-           input_data: bytes | None = None) -> subprocess.CompletedProcess[str]:
+def podman(*args: str, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
     try:
-        if input_data is not None:
-            r = subprocess.run([PODMAN, *args], input=input_data, capture_output=True, timeout=timeout)
-            return subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(errors="replace"),
-                                               r.stderr.decode(errors="replace"))
-        return subprocess.run([PODMAN, *args], capture_output=True, text=True, timeout=timeout, stdin=stdin)
+        return subprocess.run([PODMAN, *args], capture_output=True, text=True, timeout=timeout,  # noqa: S603
+                              stdin=subprocess.DEVNULL)
     except FileNotFoundError as exc:
         raise ContainerError(f"{PODMAN} is missing on this node (the node image has no podman)") from exc
     except subprocess.TimeoutExpired as exc:
@@ -157,7 +155,6 @@ def _ensure_file(path: str, user: User) -> str:
 
 def _is_archive(path: str) -> bool:
     """A ``docker save``/``podman save`` archive (manifest.json or oci-layout at its top), not a root filesystem."""
-    import tarfile
     try:
         with tarfile.open(path) as tar:
             for member in tar:
@@ -287,10 +284,6 @@ def _remove_ended(job: str) -> None:
         podman("rm", "--force", "--time", "0", *ids)
 
 
-def stop(job: str, step: str) -> None:
-    podman("rm", "--force", "--time", "0", container_name(job, step, ""))
-
-
 def cleanup(job: str) -> None:
     r = podman("ps", "--all", "--quiet", "--filter", f"label={JOB_LABEL}={job}")
     ids = r.stdout.split() if r.returncode == 0 else []
@@ -309,9 +302,6 @@ def main(argv: list[str] | None = None) -> int:
     for opt in ("--mounts", "--workdir", "--name", "--env", "--bind-ro"):
         s.add_argument(opt, default="")
     s.add_argument("--mount-home", action="store_true")
-    t = sub.add_parser("stop")
-    t.add_argument("--job", required=True)
-    t.add_argument("--step", required=True)
     c = sub.add_parser("cleanup")
     c.add_argument("--job", required=True)
     args = p.parse_args(argv)
@@ -319,8 +309,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "start":
             print("\n".join(start(args)), flush=True)
-        elif args.cmd == "stop":
-            stop(args.job, args.step)
         else:
             cleanup(args.job)
     except (ContainerError, SpecError) as exc:

@@ -86,7 +86,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     manifest = json.loads((IMAGE_STORE / image / "manifest.json").read_text())
     if manifest.get("recipe", 0) < 7:
         pytest.skip(f"node image {image} predates containers (recipe {manifest.get('recipe')} < 7)")
-    for tool in ("mmdebstrap", "podman", "docker-registry"):
+    for tool in ("mmdebstrap", "podman", "docker-registry", "mksquashfs"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed on this host (scripts/install.sh)")
     from slurmpod.providers.local.cleanup import cleanup, find_leftovers
@@ -186,6 +186,14 @@ def test_image_file_on_shared_storage_and_a_changed_tag(env: Env) -> None:
         r = _cli(env.state, "containers", "import", str(root), "--name", "tiny:1")
         assert r.returncode == 0, r.stderr
         assert ok(env, as_ubuntu("srun -N 2 -p gpu --container-image=tiny:1 cat /VERSION")).split() == ["v2", "v2"]
+        # a squashfs image (Enroot's .sqsh) on /fsx, and the same file pushed by the import command
+        sqsh = env.fsx / "tiny.sqsh"
+        subprocess.run(["mksquashfs", str(root), str(sqsh), "-noappend", "-quiet", "-no-progress"], check=True,
+                       capture_output=True, timeout=600)
+        assert ok(env, as_ubuntu("srun -N 1 -p gpu --container-image=/fsx/tiny.sqsh cat /VERSION")).split() == ["v2"]
+        r = _cli(env.state, "containers", "import", str(sqsh), "--name", "tiny-sqsh:1")
+        assert r.returncode == 0, r.stderr
+        assert ok(env, as_ubuntu("srun -N 1 -p gpu --container-image=tiny-sqsh:1 cat /VERSION")).split() == ["v2"]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     r = _cli(env.state, "containers", "import", str(env.fsx / "tiny.tar"), "--name", "tiny:1")  # as it was
