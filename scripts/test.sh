@@ -31,5 +31,6 @@ if [ "$#" -eq 0 ]; then
     tests/integration/test_ha_local.py tests/integration/test_login_local.py \
     tests/integration/test_base_config_local.py tests/integration/test_image_update_local.py \
     tests/integration/test_gpus_local.py tests/integration/test_replace_local.py \
-    tests/integration/test_auto_resume_local.py tests/integration/test_deep_health_local.py
+    tests/integration/test_auto_resume_local.py tests/integration/test_deep_health_local.py \
+    tests/integration/test_containers_local.py
 fi
