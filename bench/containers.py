@@ -34,7 +34,8 @@ APT_CACHE = "/var/cache/slurmpod/apt"
 PROBE = r"""
 set -eu
 reg=$(cat /etc/slurmpod/registry)
-t() { local a=$EPOCHREALTIME; "$@" >/dev/null; local b=$EPOCHREALTIME; python3 -c "print(%s - %s)" "$b" "$a"; }
+t() { local a=$EPOCHREALTIME; "$@" >/dev/null; local b=$EPOCHREALTIME
+      python3 -c 'import sys; print(float(sys.argv[1]) - float(sys.argv[2]))' "$b" "$a"; }
 srun podman rmi --force "$reg/tiny:1" >/dev/null 2>&1 || true
 first=$(t srun --container-image=tiny:1 true)
 second=$(t srun --container-image=tiny:1 true)

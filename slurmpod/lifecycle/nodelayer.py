@@ -1,7 +1,8 @@
 """The slurmpod node layer: what every image gets on top of Debian's packages, at build (or import) time.
 
 * Boot hygiene: units a node does not need are masked; the Slurm daemons, slurmdbd and MariaDB are not enabled
-  (the node's boot enables the one its role needs); the build-time munge key, ssh host keys and machine-id are
+  (the node's boot enables the one its role needs); Docker and podman's API start on first use (their sockets),
+  not at boot; the build-time munge key, ssh host keys and machine-id are
   removed (per node, not per image); sshd makes one ed25519 host key at first start; journald is volatile (16M);
   ``/etc/.updated`` and ``/var/.updated`` say the image is up to date (no ConditionNeedsUpdate work at boot).
 * HyperPod's node contract: Slurm under ``/opt/slurm`` (``bin/``, ``sbin/`` linking Debian's binaries,
@@ -51,6 +52,11 @@ UNWANTED_LINKS = (
     # per role: the node's boot enables the one it needs
     "multi-user.target.wants/slurmd.service", "multi-user.target.wants/slurmctld.service",
     "multi-user.target.wants/slurmdbd.service", "multi-user.target.wants/mariadb.service",
+    # containers: Docker starts on first use (docker.socket, which pulls containerd); podman's API service
+    # likewise (podman.socket); no podman auto-update or restart-policy runs at boot
+    "multi-user.target.wants/docker.service", "multi-user.target.wants/containerd.service",
+    "default.target.wants/podman.service", "default.target.wants/podman-auto-update.service",
+    "default.target.wants/podman-restart.service", "timers.target.wants/podman-auto-update.timer",
 )
 SLURM_CLIENTS = ("sinfo", "squeue", "srun", "sbatch", "salloc", "scontrol", "scancel", "sacct", "sacctmgr",
                  "sstat", "sshare", "sprio", "sreport", "sattach", "sbcast", "sdiag")

@@ -77,6 +77,16 @@ def test_image_has_the_node_layer(image: tuple[ImageStore, Manifest]) -> None:
     assert "ExecStart=/opt/slurm/sbin/slurmctld -D -s -f /opt/slurm/etc/slurm.conf" in ctld
     assert not (root / "etc/systemd/system/multi-user.target.wants/slurmd.service").exists()
     assert not (root / "etc/systemd/system/multi-user.target.wants/mariadb.service").exists()
+    # slurmpod's SPANK plugins, and what containers in jobs run on (podman/crun, catatonit, Docker; ubuntu may use it)
+    for rel in ("usr/lib/slurmpod/spank_auto_resume.so", "usr/lib/slurmpod/spank_containers.so", "usr/bin/podman",
+                "usr/bin/crun", "usr/bin/catatonit", "usr/bin/unsquashfs", "usr/bin/docker", "usr/sbin/dockerd"):
+        assert (root / rel).is_file(), rel
+    docker = next(line for line in (root / "etc/group").read_text().splitlines() if line.startswith("docker:"))
+    assert "ubuntu" in docker.rsplit(":", 1)[1].split(",")
+    wants = root / "etc/systemd/system"
+    assert (wants / "sockets.target.wants/docker.socket").exists()  # Docker starts on first use, not at boot
+    assert not (wants / "multi-user.target.wants/docker.service").exists()
+    assert not (wants / "default.target.wants/podman.service").exists()
     # per-node bits are not in the image
     assert not (root / "etc/munge/munge.key").exists()
     assert not list((root / "etc/ssh").glob("ssh_host_*"))
