@@ -16,6 +16,7 @@ The ratios are second/plain and first/plain.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,6 @@ from bench.stats import figure, summary
 
 NAME = "containers"
 CLUSTER = "bench-ctr"
-APT_CACHE = "/var/cache/slurmpod/apt"
 PROBE = r"""
 set -eu
 reg=$(cat /etc/slurmpod/registry)
@@ -53,17 +53,34 @@ def _groups() -> list[dict[str, Any]]:
              "SlurmConfig": {"NodeType": "Compute", "PartitionNames": ["compute"]}}]
 
 
-def tiny_rootfs(out: Path, suite: str = "trixie") -> None:
+def tiny_rootfs(out: Path, suite: str = "trixie", extra: str = "") -> None:
+    """A small root filesystem tar of ``suite`` (python3-minimal) from Debian's packages, through the host's deb
+    cache (``extra``: a shell line run on the tree, ``$1``, before it is packed). Serialised with image builds on
+    the cache's lock; mmdebstrap's temporary tree lives under ``out``'s directory, and nothing stays mounted even
+    when it fails."""
+    from slurmpod.lifecycle.imagebuild import DEFAULT_CACHE, _cache_lock
+
+    tmp = Path(tempfile.mkdtemp(prefix=".mmdebstrap-", dir=out.parent))
     argv = ["mmdebstrap", "--mode=root", "--variant=essential", "--format=tar", "--include=python3-minimal",
             "--skip=essential/unlink", "--skip=download/empty", "--skip=cleanup/apt/cache",
-            f'--setup-hook=mkdir -p "$1"/var/cache/apt/archives && mount --bind {APT_CACHE} '
+            f'--setup-hook=mkdir -p "$1"/var/cache/apt/archives && mount --bind {DEFAULT_CACHE} '
             '"$1"/var/cache/apt/archives',
-            '--customize-hook=umount "$1"/var/cache/apt/archives; rm -rf "$1"/var/lib/apt/lists/*',
+            '--customize-hook=umount "$1"/var/cache/apt/archives; rm -rf "$1"/var/lib/apt/lists/*' +
+            (f"; {extra}" if extra else ""),
             "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
             suite, str(out), f"deb http://deb.debian.org/debian {suite} main"]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=900)  # noqa: S603
+    try:
+        with _cache_lock(DEFAULT_CACHE):
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=900,  # noqa: S603
+                               env={**os.environ, "TMPDIR": str(tmp)})
+    finally:
+        for line in reversed(Path("/proc/self/mounts").read_text().splitlines()):
+            target = line.split()[1]
+            if target.startswith(f"{tmp}/"):
+                subprocess.run(["umount", "--lazy", target], capture_output=True, timeout=60)  # noqa: S603, S607
+        shutil.rmtree(tmp, ignore_errors=True)
     if r.returncode != 0:
-        raise RuntimeError(f"mmdebstrap failed: {r.stderr.strip()[-400:]}")
+        raise RuntimeError(f"mmdebstrap {suite} failed: {r.stderr.strip()[-600:]}")
 
 
 def _cli(*args: str, timeout: float = 600) -> str:

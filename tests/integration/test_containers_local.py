@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
+from bench.containers import tiny_rootfs
 from tests.integration.conftest import IMAGE_STORE, default_image, in_node, running_server
 from tests.serverproc import ROLE, ServerProcess, wait_status
 
 pytestmark = pytest.mark.integration
 
 CLUSTER = "containers"
-APT_CACHE = "/var/cache/slurmpod/apt"
 TASK = ("import os, socket; p = os.environ['SLURM_PROCID']; "
         "open('/fsx/ubuntu/ctr.' + p, 'w').write(socket.gethostname()); "
         "print('task', p, socket.gethostname(), open('/etc/os-release').readline().strip())")
@@ -42,21 +42,6 @@ class Env:
     node_release: str
     image_release: str
     computes: list[str]
-
-
-def _tiny_rootfs(suite: str, out: Path) -> None:
-    """A small root filesystem tar (python3-minimal) of ``suite`` from Debian's packages via the deb cache."""
-    argv = ["mmdebstrap", "--mode=root", "--variant=essential", "--format=tar", "--include=python3-minimal",
-            "--skip=essential/unlink", "--skip=download/empty", "--skip=cleanup/apt/cache",
-            f'--setup-hook=mkdir -p "$1"/var/cache/apt/archives && mount --bind {APT_CACHE} '
-            '"$1"/var/cache/apt/archives',
-            '--customize-hook=umount "$1"/var/cache/apt/archives; rm -rf "$1"/var/lib/apt/lists/* '
-            '"$1"/var/cache/apt/*.bin; echo v1 > "$1"/VERSION',
-            "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
-            "--dpkgopt=path-exclude=/usr/share/locale/*",
-            suite, str(out), f"deb http://deb.debian.org/debian {suite} main"]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=900)  # noqa: S603
-    assert r.returncode == 0, f"mmdebstrap {suite} failed: {r.stderr[-2000:]}"
 
 
 def _cli(state: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -96,7 +81,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     try:
         other = "trixie" if manifest.get("suite") == "bookworm" else "bookworm"
         tar = work / "tiny.tar"
-        _tiny_rootfs(other, tar)
+        try:
+            tiny_rootfs(tar, other, extra='echo v1 > "$1"/VERSION')
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
         with running_server(state) as srv:
             c = srv.client()
             groups = [{"InstanceGroupName": "controller-group", "InstanceType": "ml.t3.medium", "InstanceCount": 1,
