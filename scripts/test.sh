@@ -22,10 +22,7 @@ XDIST=(-n "${SLURMPOD_TEST_WORKERS:-2}" --dist loadfile)
 # Only for a whole-suite run (no arguments).
 if [ "$#" -eq 0 ]; then
   echo "== pytest, Slurm 24.11 nodes (SLURMPOD_NODE_IMAGE=trixie)"
-  # (the HA file's two squeue-while-controllers-move tests are a known 24.11 gap, see test_ha_local.py; the
-  # controller-replacement tests run on 22.05 above: this pass keeps its failover test)
   SLURMPOD_NODE_IMAGE=trixie exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
-    -k "not (rolling_update_of_two_controllers or replacing_both_controllers or replacing_the_primary)" \
     tests/integration/test_systemd_nodes_local.py tests/integration/test_seed000_local.py \
     tests/integration/test_accounting_local.py tests/integration/test_software_update_local.py \
     tests/integration/test_ha_local.py tests/integration/test_login_local.py \

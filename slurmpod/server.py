@@ -44,7 +44,9 @@ class Server:
     ownership: Ownership | None = None  # several servers on one database: this one's leases
 
     def start(self) -> None:
-        self._node_services("start_services")
+        if self.ownership is not None:  # several servers share the local nodes: IMDS follows the leases
+            self.node_services("serve_only", self.ownership.owns)
+        self.node_services("start_services")
         if self.ownership is not None:
             self.ownership.start()
         self.reconciler.start()
@@ -55,17 +57,18 @@ class Server:
         self.reconciler.stop()
         if self.ownership is not None:
             self.ownership.release_all()  # the others take over now, not after the lease expires
-        self._node_services("close")
+        self.node_services("close")
         self.store.close()
 
-    def _node_services(self, method: str) -> None:
-        """Host-side services of the nodes (the local provider's package proxy): started with the server,
-        stopped after the reconciler. The local provider may sit inside an ssh ``PooledProvider``."""
+    def node_services(self, method: str, *args: object) -> None:
+        """Host-side services of the nodes (the local provider's package proxy and IMDS): started with the
+        server, stopped after the reconciler, following this server's leases. The local provider may sit inside
+        an ssh ``PooledProvider``."""
         provider = getattr(self.runtime, "provider", None)
         call = getattr(getattr(provider, "local", provider), method, None)
         if callable(call):
             try:
-                call()
+                call(*args)
             except Exception:
                 log.exception("node services: %s failed", method)
 
@@ -227,7 +230,6 @@ def build_server(settings: Settings) -> Server:
 
     if ownership is not None:
         ownership.busy = lambda cid: bool(reconciler.pool.busy_for(cid))
-        ownership.on_change = reconciler.wake
     else:
         metrics.OWNED_CLUSTERS.set_function(lambda: len(store.cluster_ids()))
 
@@ -245,8 +247,16 @@ def build_server(settings: Settings) -> Server:
                      ready_detail=ownership.detail if ownership is not None else (lambda: {}))
     sign_in = (open_sign_in(settings.account_id, settings.region) if settings.auth == "none"
                else credential_sign_in(CredentialStore(settings.state_dir), settings.region))
-    return Server(settings, store, runtime, reconciler, service, make_app(ctx, console_routes(ctx, sign_in)),
-                  ownership)
+    server = Server(settings, store, runtime, reconciler, service, make_app(ctx, console_routes(ctx, sign_in)),
+                    ownership)
+    if ownership is not None:
+
+        def owned_changed() -> None:
+            reconciler.wake()
+            server.node_services("sync_services")  # IMDS listeners follow the leases
+
+        ownership.on_change = owned_changed
+    return server
 
 
 def machine_id() -> str:

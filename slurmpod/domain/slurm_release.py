@@ -92,3 +92,15 @@ def mix_problem(controller: str, worker: str) -> str | None:
     if behind > MAX_JUMP:
         return f"Slurm {wrk} is more than {MAX_JUMP} major releases older than the controllers' Slurm {ctl}"
     return None
+
+
+def primary_reclaim_blocks_clients(version: str) -> bool:
+    """Whether a primary slurmctld that starts while a backup is in control leaves clients hanging.
+
+    Slurm 24.11's slurmctld listens on its port from the start, then asks the backup in control to hand over
+    (REQUEST_CONTROL) and waits for its answer, which came only after the 30 s CONTROL_TIMEOUT here: every client
+    RPC sent to the primary meanwhile is accepted and times out (squeue: "Socket timed out on send/recv
+    operation"). 22.05's slurmctld opens its port only once it is in control (clients go on to the backup). The
+    releases between were not tried: they count as 24.11's (the careful way works on any release)."""
+    rel = major_of(version)
+    return rel is not None and rel > SlurmRelease(22, 5)

@@ -62,6 +62,43 @@ def hand_over(node: NodeRecord, ctls: Sequence[NodeRecord], alive: Mapping[str, 
     log.warning("controller %s: did not answer within 20 s after takeover", backup.instance_id)
 
 
+def _started_backup(n: NodeRecord, primary: NodeRecord, alive: Mapping[str, bool]) -> bool:
+    """A live controller other than ``primary`` that has started its slurmctld once (a controller still booting
+    starts its own, after the primary)."""
+    return n.instance_id != primary.instance_id and alive.get(n.instance_id, False) and "daemons" in n.phases
+
+
+def stop_backups(node: NodeRecord, ctls: Sequence[NodeRecord], alive: Mapping[str, bool],
+                 runner_of: RunnerOf) -> None:
+    """Before the primary (``node``, first in ``ctls``) starts on a release where its reclaiming control blocks
+    clients (``slurm_release.primary_reclaim_blocks_clients``): the live backups stop gracefully (the one in
+    control saves its state), so the primary starts in control at once instead of asking a backup for it. For the
+    few seconds no controller runs, clients retry their refused connection (for up to MessageTimeout)."""
+    for n in ctls:
+        if not _started_backup(n, node, alive):
+            continue
+        try:
+            control.stop_daemon(runner_of(n), control.SLURMCTLD_PID_FILE, "slurmctld", timeout=60)
+            log.info("controller %s: slurmctld stopped while the primary %s starts", n.instance_id,
+                     node.instance_id)
+        except (control.SlurmError, ProviderError) as exc:
+            log.warning("controller %s: stopping slurmctld before the primary starts failed: %s", n.instance_id,
+                        exc)
+
+
+def start_backups(node: NodeRecord, ctls: Sequence[NodeRecord], alive: Mapping[str, bool],
+                  runner_of: RunnerOf) -> None:
+    """After ``stop_backups`` (or a restart of the server in between): every live backup runs slurmctld again,
+    in standby under the primary."""
+    for n in ctls:
+        if not _started_backup(n, node, alive):
+            continue
+        try:
+            control.start_configured_slurmctld(runner_of(n))
+        except (control.SlurmError, ProviderError) as exc:
+            log.warning("controller %s: starting slurmctld again after the primary failed: %s", n.instance_id, exc)
+
+
 def wait_for_controller_in_charge(ctls: Sequence[NodeRecord], runner_of: RunnerOf, timeout: float = 60.0,
                                   prefer_primary: float = 20.0) -> None:
     """With several controllers, slurmd must not start before one is in charge: a slurmd that reaches a backup

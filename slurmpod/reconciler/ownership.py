@@ -130,6 +130,8 @@ class Ownership:
         started = time.monotonic()
         deadline = started + self.lease_seconds
         self.leases.heartbeat(Replica(self.owner, self.me.machine, self.me.provider, until))
+        with self._lock:
+            before = set(self.held)
         self._renew(until, deadline)
         live = [Candidate(r.replica_id, r.machine, r.provider) for r in self.leases.live_replicas(now)]
         if self.me not in live:
@@ -168,6 +170,8 @@ class Ownership:
         if gone:
             self.leases.forget_deleted()
         metrics.OWNED_CLUSTERS.set(len(self.held))
+        with self._lock:
+            changed |= set(self.held) != before  # a lease lost, a deleted cluster forgotten
         if changed:
             self.on_change()
 

@@ -286,10 +286,16 @@ def _running(runner: CommandRunner, comm: str) -> bool:
     return _run(runner, ["pgrep", "-x", comm], timeout=10).returncode == 0
 
 
-def _start_and_wait_slurmctld(runner: CommandRunner, timeout: float, sleep: Sleep, clock: Clock) -> None:
+def slurmctld_running(runner: CommandRunner) -> bool:
+    """Whether slurmctld runs in the node (systemd may have started it when the node booted)."""
+    return read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is not None or _running(runner, "slurmctld")
+
+
+def _start_and_wait_slurmctld(runner: CommandRunner, timeout: float, sleep: Sleep, clock: Clock,
+                              autostart: bool = True) -> None:
     me = _hostname(runner)
     if units.uses_systemd(runner):
-        units.start(runner, "slurmctld")
+        units.start(runner, "slurmctld", autostart)
     elif read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None and not _running(runner, "slurmctld"):
         _check(runner, ["/usr/sbin/slurmctld"], log=SLURMCTLD_LOG_FILE)
     gone_since: list[float] = []
@@ -320,11 +326,18 @@ def start_slurmctld(
     timeout: float = 30.0,
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
+    autostart: bool = True,
 ) -> None:
     """Writes the confs and starts slurmctld (if not running); returns once ``scontrol ping`` run in
-    this node reports this controller UP."""
+    this node reports this controller UP. ``autostart=False``: slurmctld does not start by itself when the node
+    boots again (systemd nodes)."""
     write_controller_conf(runner, conf_text, cgroup_text)
-    _start_and_wait_slurmctld(runner, timeout, sleep, clock)
+    _start_and_wait_slurmctld(runner, timeout, sleep, clock, autostart)
+
+
+def start_configured_slurmctld(runner: CommandRunner, timeout: float = 30.0) -> None:
+    """Starts slurmctld on the conf already in the node (if not running) and waits until it answers ping."""
+    _start_and_wait_slurmctld(runner, timeout, time.sleep, time.monotonic)
 
 
 def restart_slurmctld(

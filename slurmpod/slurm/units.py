@@ -79,12 +79,21 @@ def enable(runner: CommandRunner, unit: str) -> None:
                             f"/etc/systemd/system/multi-user.target.wants/{unit}.service"])
 
 
-def start(runner: CommandRunner, unit: str) -> None:
-    """Enables and starts ``unit`` unless it is active (a failed one is reset first)."""
+def disable(runner: CommandRunner, unit: str) -> None:
+    """``enable``'s undo: the unit no longer starts when the node boots."""
+    control._check(runner, ["rm", "-f", f"/etc/systemd/system/multi-user.target.wants/{unit}.service"])
+
+
+def start(runner: CommandRunner, unit: str, autostart: bool = True) -> None:
+    """Starts ``unit`` unless it is active (a failed one is reset first); enabled (it starts again when the node
+    boots) or, ``autostart=False``, disabled."""
+    if not autostart:
+        disable(runner, unit)
     if active(runner, unit):
         return
     systemctl(runner, "reset-failed", unit, check=False)
-    enable(runner, unit)
+    if autostart:
+        enable(runner, unit)
     systemctl(runner, "start", unit)
 
 

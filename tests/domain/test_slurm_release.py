@@ -3,6 +3,7 @@ from slurmpod.domain.slurm_release import (
     is_major_upgrade,
     major_of,
     mix_problem,
+    primary_reclaim_blocks_clients,
     releases_between,
     upgrade_problem,
 )
@@ -39,3 +40,10 @@ def test_workers_may_lag_controllers_by_two_releases_never_lead() -> None:
     assert mix_problem("24.11.5", "24.05.2") is None
     assert "newer" in (mix_problem("22.05.8", "24.11.5") or "")
     assert "older" in (mix_problem("24.11.5", "22.05.8") or "")
+
+
+def test_primary_reclaim_blocks_clients_after_22_05() -> None:
+    assert primary_reclaim_blocks_clients("24.11.5-4+deb13u1")
+    assert primary_reclaim_blocks_clients("23.02.7")  # not tried: the careful way
+    assert not primary_reclaim_blocks_clients("22.05.8-4+deb12u3")
+    assert not primary_reclaim_blocks_clients("")  # unknown (host-root nodes): as before

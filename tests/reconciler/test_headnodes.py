@@ -95,3 +95,19 @@ def test_refresh_conf_servers_restarts_stale_slurmds_only(monkeypatch) -> None: 
     }
     headnodes.refresh_conf_servers(spec, [ctl, fresh, stale], [ctl], lambda n: runners[n.instance_id], lambda: "")
     assert restarted == [(runners["i-6"], ["10.0.0.1:6817"])]
+
+
+def test_backups_stop_before_the_primary_starts_and_start_after() -> None:
+    a, b, c = _ctl(1), _ctl(2), _ctl(3)
+    booting = NodeRecord(instance_id="i-4", cluster_id="c", group="ctl", seq=4, status=InstanceStatus.PENDING,
+                         launch_time=0.0, ip="10.0.0.4", hostname="h4", phases=("launched",))
+    runners = {n.instance_id: Runner({n.hostname or "": True}, {"hostname": CommandResult(0, f"{n.hostname}\n", "")})
+               for n in (a, b, c, booting)}
+    alive = {"i-1": True, "i-2": True, "i-3": False, "i-4": True}
+    headnodes.stop_backups(a, [a, b, c, booting], alive, lambda n: runners[n.instance_id])
+    # only i-2 (live, its slurmctld started once); the dead one and the one still booting are left alone
+    assert any("slurmctld" in " ".join(call) for call in runners["i-2"].calls)
+    assert not runners["i-1"].calls and not runners["i-3"].calls and not runners["i-4"].calls
+    runners["i-2"].calls.clear()
+    headnodes.start_backups(a, [a, b, c, booting], alive, lambda n: runners[n.instance_id])
+    assert runners["i-2"].calls and not runners["i-1"].calls and not runners["i-3"].calls

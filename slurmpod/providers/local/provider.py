@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from slurmpod.ids import hostname_for_ip
@@ -23,7 +23,6 @@ from slurmpod.providers.base import (
     InsufficientCapacity,
     NodeFile,
     PermanentProviderError,
-    ProviderError,
     ProviderInstance,
     SetupError,
     TemporaryProviderError,
@@ -32,8 +31,7 @@ from slurmpod.providers.local import holder, netns
 from slurmpod.providers.local.bridgeservices import BridgeServices
 from slurmpod.providers.local.commands import host_run
 from slurmpod.providers.local.holder import SEED_FILE, write_seed
-from slurmpod.providers.local.imds import ImdsServer
-from slurmpod.providers.local.imds_source import http_tokens, record_metadata
+from slurmpod.providers.local.imds_attach import ImdsAttachments
 from slurmpod.providers.local.layout import (
     NODE_DATA_DIRS,
     Layout,
@@ -88,10 +86,8 @@ class LocalProvider:
         # server's stop path calls close()
         self.services = BridgeServices(self.state_dir)
         self.pkgproxy = self.services.pkgproxy
-        # IMDS at 169.254.169.254 in every node (imds.py); only the long-lived owner of the nodes (the server,
-        # through start_services) turns it on: short-lived users (connect, demo) must not take the listeners
-        self._imds_on = False
-        self._imds: ImdsServer | None = None
+        # IMDS at 169.254.169.254 in every node (imds.py, imds_attach.py)
+        self.imds = ImdsAttachments(lambda rec: self._meta(rec.cluster_id, rec.instance_id))
 
     # ------------------------------------------------------------------ clusters
 
@@ -400,41 +396,32 @@ class LocalProvider:
     # ------------------------------------------------------------------ instance metadata (imds.py)
 
     def _imds_attach(self, rec: InstanceRecord, *, required: bool) -> None:
-        """Serves the node's IMDS (idempotent). ``required``: a failure fails the launch; otherwise (a reboot,
-        a re-adoption) it is logged and the node runs without IMDS until its next attach."""
-        if not self._imds_on:
-            return
-        with self._guard:
-            if self._imds is None:
-                self._imds = ImdsServer()
-            server = self._imds
-        try:
-            server.attach(rec.instance_id, netns.netns_path(rec.netns),
-                          record_metadata(self._meta(rec.cluster_id, rec.instance_id), rec),
-                          http_tokens=http_tokens(rec))
-        except ProviderError as exc:
-            if required:
-                raise
-            log.warning("instance metadata unavailable in %s: %s", rec.instance_id, exc)
+        self.imds.attach(rec, required=required)
 
     def _imds_detach(self, instance_id: str) -> None:
-        if self._imds is not None:
-            self._imds.detach(instance_id)
+        self.imds.detach(instance_id)
+
+    def _live_records(self) -> list[InstanceRecord]:
+        recs = (InstanceRecord.load(meta) for meta in sorted(self.layout.clusters.glob("*/instances/*/meta.json")))
+        return [rec for rec in recs if rec is not None and self._alive(rec)]
 
     def start_imds(self) -> None:
-        """Serves IMDS from now on: in every live instance of the state dir (re-adoption after a server
-        restart) and in every instance launched, rebooted or given a new root volume later."""
-        self._imds_on = True
-        for meta in sorted(self.layout.clusters.glob("*/instances/*/meta.json")):
-            rec = InstanceRecord.load(meta)
-            if rec is not None and self._alive(rec):
-                self._imds_attach(rec, required=False)
+        """Serves IMDS from now on: in every live instance of the state dir this process serves (re-adoption
+        after a server restart) and in every instance launched, rebooted or given a new root volume later."""
+        self.imds.start(self._live_records())
 
     def close_imds(self) -> None:
         """Stops serving instance metadata (nodes keep running; ``start_imds`` serves them again)."""
-        self._imds_on = False
-        if self._imds is not None:
-            self._imds.close()
+        self.imds.close()
+
+    def serve_only(self, owns: Callable[[str], bool]) -> None:
+        """Several servers share this state dir's nodes: this one serves their IMDS only in the clusters
+        ``owns`` says (its leases); ``sync_services`` follows a change."""
+        self.imds.serves = owns
+
+    def sync_services(self) -> None:
+        """The clusters this server owns changed: IMDS listeners follow (imds_attach.py)."""
+        self.imds.sync(self._live_records())
 
     # ------------------------------------------------------------------ node services (server start/stop)
 

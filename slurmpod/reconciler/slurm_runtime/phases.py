@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.slurm_release import primary_reclaim_blocks_clients
 from slurmpod.domain.spec import InstanceGroupSpec, LifeCycleConfig
 from slurmpod.domain.status import NodeType
 from slurmpod.lifecycle import nodeprograms
@@ -267,9 +268,21 @@ def daemons(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: I
             if live.stdout != conf:
                 control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld", timeout=60)
         ctls = rt.controllers(cluster, nodes)
+        # a primary with backups, on a Slurm whose reclaiming control blocks clients: the backups stop while it
+        # starts, and it does not start by itself when its node boots (a reboot goes through here again); one
+        # systemd started at the node's boot is already reclaiming: nothing to gain then
+        blocks = len(ctls) > 1 and ctls[0].instance_id == node.instance_id and \
+            primary_reclaim_blocks_clients(rt.image_lookup(node.image_id).slurm_version)
+        careful = blocks and not control.slurmctld_running(r)
         if ctls and ctls[0].instance_id != node.instance_id:
             _wait_for_shared_state(r)
-        control.start_slurmctld(r, conf, render_cgroup_conf())
+        elif careful:
+            headnodes.stop_backups(node, ctls, rt.alive(cluster), rt.runner_of(cluster))
+        try:
+            control.start_slurmctld(r, conf, render_cgroup_conf(), autostart=not blocks)
+        finally:
+            if careful:
+                headnodes.start_backups(node, ctls, rt.alive(cluster), rt.runner_of(cluster))
         rt.files.save_conf(cluster.cluster_id, conf)
         return {"applied_topology": rt.desired_topology(cluster)}
     if group.node_type == NodeType.LOGIN:
