@@ -245,8 +245,7 @@ class SqlStore:
         if groups is not None:
             q = q.where(nodes.c.group_name.in_(list(groups)))
         with self.engine.connect() as conn:
-            rows = conn.execute(q.order_by(nodes.c.seq))
-            return [node_from_row(r) for r in rows]
+            return [node_from_row(r) for r in conn.execute(q.order_by(nodes.c.seq)).all()]  # fetchall: 2x fetchone
 
     def page_nodes(
         self,
@@ -275,7 +274,7 @@ class SqlStore:
         q = (select(nodes).where(and_(*conds))
              .order_by(*(k.desc() if descending else k.asc() for k in keys)).limit(limit))
         with self.engine.connect() as conn:
-            return [node_from_row(r) for r in conn.execute(q)]
+            return [node_from_row(r) for r in conn.execute(q).all()]
 
     def node_tally(self, cluster_id: str, exclude_status: str = InstanceStatus.NOT_FOUND.value) -> list[NodeRecord]:
         """One stand-in per node with only ``group``, ``status`` and ``image_id`` real (the same object
@@ -338,8 +337,8 @@ class SqlStore:
     def get_nodes(self, instance_ids: Sequence[str]) -> dict[str, NodeRecord]:
         """The stored nodes among ``instance_ids``, by id, in one query."""
         with self.engine.connect() as conn:
-            rows = conn.execute(_NODES_BY_IDS, {"k_iids": list(instance_ids)})
-            return {r.instance_id: r for r in map(node_from_row, rows)}
+            rows = conn.execute(_NODES_BY_IDS, {"k_iids": list(instance_ids)}).all()
+        return {r.instance_id: r for r in map(node_from_row, rows)}
 
     def update_nodes(self, changes: Sequence[tuple[NodeRecord, Sequence[EventRecord]]]
                      ) -> list[NodeRecord | None]:
