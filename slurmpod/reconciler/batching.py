@@ -2,8 +2,8 @@
 
 The plan still says what to do per node (``BootNode``, ``RemoveNode``); this groups those actions of one pass into
 work items of up to ``BATCH`` nodes (``workers.batch``), so 10,000 simulated nodes cost a few hundred store
-transactions instead of tens of thousands. Batches are small enough that every worker gets some: a seed-size
-cluster still boots one node per item.
+transactions instead of tens of thousands. Batches are small enough that every worker gets some at scale; a
+seed-size cluster boots in one item (its controller and computes in one write).
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ from slurmpod.reconciler.workers import batch
 log = logging.getLogger("slurmpod.reconciler")
 
 BATCH = 64  # nodes per work item at most
+MIN_BATCH = 16  # and at least this many (when there are): a seed-size cluster boots in one item
 
 
 def chunks(ids: Sequence[str], workers: int) -> list[list[str]]:
-    """``ids`` in order, cut into pieces of at most ``BATCH``, and at least as many pieces as ``workers``."""
-    size = max(1, min(BATCH, math.ceil(len(ids) / max(1, workers))))
+    """``ids`` in order, cut into pieces of ``MIN_BATCH`` to ``BATCH``: as many pieces as ``workers`` when that
+    is possible within those bounds."""
+    size = max(MIN_BATCH, min(BATCH, math.ceil(len(ids) / max(1, workers))))
     return [list(ids[i:i + size]) for i in range(0, len(ids), size)]
 
 
