@@ -108,8 +108,6 @@ def cmd_server(args: argparse.Namespace) -> int:
     # uvicorn re-raises SIGTERM after its graceful shutdown: exit through ``finally`` so the server stops cleanly
     # (several servers: its leases are released and the others take over at once, a rolling restart)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    import os
-    sys.setswitchinterval(float(os.environ.get("SP_SWITCH", "0.005")))
     server.start()
     try:
         # explicit, so a missing uvloop/httptools wheel fails loudly instead of silently losing ~10 % of requests/s

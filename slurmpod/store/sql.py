@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any
@@ -37,6 +37,7 @@ from slurmpod.store.rows import (
     node_values,
 )
 from slurmpod.store.tables import clusters, events, nodes, settings_kv
+from slurmpod.store.views import NodeView
 
 __all__ = ["NodeView", "SqlStore", "make_engine", "migrate"]
 
@@ -46,6 +47,9 @@ _NODE_BY_ID = select(nodes).where(nodes.c.instance_id == bindparam("k_iid"))
 _NODES_BY_IDS = select(nodes).where(nodes.c.instance_id.in_(bindparam("k_iids", expanding=True)))
 _INSERT_EVENT = insert(events)
 _CLUSTER_BY_ID = select(clusters).where(clusters.c.cluster_id == bindparam("k_cid"))
+_CLUSTER_BY_NAME = select(clusters).where(and_(clusters.c.account_id == bindparam("k_acct"),
+                                              clusters.c.region == bindparam("k_region"),
+                                              clusters.c.name == bindparam("k_name")))
 _UPDATE_NODE = (
     update(nodes)
     .where(and_(nodes.c.instance_id == bindparam("k_iid"), nodes.c.version == bindparam("k_ver")))
@@ -55,29 +59,6 @@ _UPDATE_NODE = (
 
 def _cluster_of(evs: Sequence[EventRecord]) -> str | None:
     return evs[0].cluster_id if evs else None
-
-
-class NodeView(Sequence[NodeRecord]):
-    """A cluster's nodes, read from the store on first use: a caller that never looks at them costs nothing
-    (a simulated boot step ignores them; reading 10,000 rows per boot step made booting quadratic)."""
-
-    def __init__(self, load: Callable[[], list[NodeRecord]]) -> None:
-        self._load = load
-        self._nodes: list[NodeRecord] | None = None
-
-    def _all(self) -> list[NodeRecord]:
-        if self._nodes is None:
-            self._nodes = self._load()
-        return self._nodes
-
-    def __len__(self) -> int:
-        return len(self._all())
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._all()[index]
-
-    def __iter__(self) -> Iterator[NodeRecord]:
-        return iter(self._all())
 
 
 class SqlStore:
@@ -142,8 +123,13 @@ class SqlStore:
             row = conn.execute(_CLUSTER_BY_ID, {"k_cid": cluster_id}).first()
         if row is None:
             self._parsed_clusters.pop(cluster_id, None)
+        return self._parsed(row)
+
+    def _parsed(self, row: Any) -> ClusterRecord | None:
+        if row is None:
             return None
         raw = tuple(row)
+        cluster_id = row.cluster_id
         hit = self._parsed_clusters.get(cluster_id)
         if hit is not None and hit[0] == raw:  # exact same row: reuse the parse (JSON spec parsing dominates)
             return hit[1]
@@ -153,12 +139,9 @@ class SqlStore:
 
     def find_cluster(self, account_id: str, region: str, name: str) -> ClusterRecord | None:
         """The account's cluster called ``name`` in ``region`` (names are unique per account and region)."""
-        c = clusters.c
         with self.engine.connect() as conn:
-            row = conn.execute(
-                select(clusters).where(and_(c.account_id == account_id, c.region == region, c.name == name))
-            ).first()
-        return cluster_from_row(row) if row else None
+            row = conn.execute(_CLUSTER_BY_NAME, {"k_acct": account_id, "k_region": region, "k_name": name}).first()
+        return self._parsed(row)
 
     def list_clusters(self, account_id: str | None = None, region: str | None = None) -> list[ClusterRecord]:
         q = select(clusters).order_by(clusters.c.creation_time, clusters.c.cluster_id)

@@ -98,23 +98,24 @@ def boot_batch(ctx: Context, cluster_id: str, instance_ids: Sequence[str]) -> Pa
     view = ctx.store.node_view(cluster_id)  # read only if the runtime looks at the nodes
     writes: list[tuple[NodeRecord, Sequence[EventRecord]]] = []
     gate_closed = False
-    for iid in instance_ids:
-        node = found.get(iid)
-        if node is None or node.status != InstanceStatus.PENDING:
-            continue
-        try:
-            current, evs, cluster, done = _phases(ctx, cluster, node, ctls, view)
-        except NodeBootError as exc:
-            boot_failed(ctx, cluster, node, exc)  # nothing of this node's progress was written yet
-            continue
-        if done:
-            current, final_evs = booted(ctx, cluster, current)
-            evs += final_evs
-            ctls.note(current)
-        else:
-            gate_closed = True
-        if current != node:
-            writes.append((current, evs))
+    with ctx.runtime.batch():  # the launches are durable at the provider when it ends, before they are recorded
+        for iid in instance_ids:
+            node = found.get(iid)
+            if node is None or node.status != InstanceStatus.PENDING:
+                continue
+            try:
+                current, evs, cluster, done = _phases(ctx, cluster, node, ctls, view)
+            except NodeBootError as exc:
+                boot_failed(ctx, cluster, node, exc)  # nothing of this node's progress was written yet
+                continue
+            if done:
+                current, final_evs = booted(ctx, cluster, current)
+                evs += final_evs
+                ctls.note(current)
+            else:
+                gate_closed = True
+            if current != node:
+                writes.append((current, evs))
     for stored in ctx.store.update_nodes(writes):  # a node changed meanwhile is skipped: the plan sees it again
         if stored is not None and stored.status != InstanceStatus.PENDING:
             log_booted(stored)
@@ -133,13 +134,14 @@ def remove_batch(ctx: Context, cluster_id: str, instance_ids: Sequence[str]) -> 
     found = ctx.store.get_nodes(instance_ids)
     view = ctx.store.node_view(cluster_id)
     gone = []
-    for iid in instance_ids:
-        node = found.get(iid)
-        if node is None:
-            continue
-        if not node.data.get("terminated"):
-            ctx.runtime.remove_node(cluster, node, view)
-        gone.append(iid)
+    with ctx.runtime.batch():
+        for iid in instance_ids:
+            node = found.get(iid)
+            if node is None:
+                continue
+            if not node.data.get("terminated"):
+                ctx.runtime.remove_node(cluster, node, view)
+            gone.append(iid)
     ctx.store.delete_nodes(gone)
     log.info("cluster %s: %d node(s) ShuttingDown -> terminated", cluster.name, len(gone))
     return None
