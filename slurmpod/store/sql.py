@@ -46,6 +46,12 @@ __all__ = ["NodeView", "SqlStore", "make_engine", "migrate"]
 _NODE_BY_ID = select(nodes).where(nodes.c.instance_id == bindparam("k_iid"))
 _NODES_BY_IDS = select(nodes).where(nodes.c.instance_id.in_(bindparam("k_iids", expanding=True)))
 _INSERT_EVENT = insert(events)
+_INSERT_CLUSTER = insert(clusters)
+_UPDATE_CLUSTER = (
+    update(clusters)
+    .where(and_(clusters.c.cluster_id == bindparam("k_cid"), clusters.c.version == bindparam("k_ver")))
+    .values({c.name: bindparam(c.name) for c in clusters.c if c.name != "cluster_id"})
+)
 _CLUSTER_BY_ID = select(clusters).where(clusters.c.cluster_id == bindparam("k_cid"))
 _CLUSTER_BY_NAME = select(clusters).where(and_(clusters.c.account_id == bindparam("k_acct"),
                                               clusters.c.region == bindparam("k_region"),
@@ -112,9 +118,9 @@ class SqlStore:
         """Inserts a new cluster (and its first events) atomically; ResourceInUse when the name is taken."""
         try:
             with self._begin() as conn:
-                conn.execute(insert(clusters).values(**cluster_values(rec)))
+                conn.execute(_INSERT_CLUSTER, cluster_values(rec))
                 self._insert_events(conn, initial_events)
-                ops.record_operation(conn, None, rec, initial_events)
+                ops.record_operation(conn, None, rec, initial_events, created=True)
         except IntegrityError as exc:
             raise ResourceInUse(f"Cluster {rec.name} already exists.") from exc
 
@@ -174,11 +180,9 @@ class SqlStore:
         with self._begin() as conn:
             self._check_fence(conn, rec.cluster_id)
             previous = ops.previous_cluster(conn, rec)
-            res = conn.execute(
-                update(clusters)
-                .where(and_(clusters.c.cluster_id == rec.cluster_id, clusters.c.version == rec.version))
-                .values(**cluster_values(stored))
-            )
+            values = cluster_values(stored)
+            del values["cluster_id"]
+            res = conn.execute(_UPDATE_CLUSTER, {**values, "k_cid": rec.cluster_id, "k_ver": rec.version})
             if res.rowcount != 1:
                 raise VersionConflict(f"cluster {rec.cluster_id} changed (expected version {rec.version})")
             for n in new_nodes:
