@@ -47,6 +47,8 @@ _NODE_BY_ID = select(nodes).where(nodes.c.instance_id == bindparam("k_iid"))
 _NODES_BY_IDS = select(nodes).where(nodes.c.instance_id.in_(bindparam("k_iids", expanding=True)))
 _INSERT_EVENT = insert(events)
 _INSERT_CLUSTER = insert(clusters)
+_CLUSTER_IDS = select(clusters.c.cluster_id)
+_SETTING = select(settings_kv.c.value).where(settings_kv.c.key == bindparam("k_key"))  # read per request (images)
 _UPDATE_CLUSTER = (
     update(clusters)
     .where(and_(clusters.c.cluster_id == bindparam("k_cid"), clusters.c.version == bindparam("k_ver")))
@@ -160,7 +162,7 @@ class SqlStore:
 
     def cluster_ids(self) -> list[str]:
         with self.engine.connect() as conn:
-            return [r[0] for r in conn.execute(select(clusters.c.cluster_id))]
+            return [r[0] for r in conn.execute(_CLUSTER_IDS)]
 
     def update_cluster(
         self,
@@ -454,7 +456,7 @@ class SqlStore:
 
     def get_setting(self, key: str) -> Any:
         with self.engine.connect() as conn:
-            row = conn.execute(select(settings_kv.c.value).where(settings_kv.c.key == key)).first()
+            row = conn.execute(_SETTING, {"k_key": key}).first()
         return json.loads(row[0]) if row else None
 
     def put_setting(self, key: str, value: Any) -> None:
