@@ -35,6 +35,7 @@ from bench import (
     sw_update,
 )
 from bench.machine import machine_info
+from bench.repeat import merge, spread_text
 from bench.stats import targets
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
@@ -117,7 +118,7 @@ def render_figures(scenario: dict[str, Any]) -> str:
         if "target" in fig:
             op = ">=" if fig.get("bound") == "min" else "<="
             target = f"  target {op} {fig['target']:g}: {'met' if fig['met'] else 'MISSED'}"
-        lines.append(f"  {label:<44} {fig['value']:>10.3f} {fig['unit']:<6}{target}")
+        lines.append(f"  {label:<44} {fig['value']:>10.3f} {fig['unit']:<6}{target}{spread_text(fig)}")
     return "\n".join(lines)
 
 
@@ -131,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run only this scenario (repeatable; default: all)")
     p.add_argument("--runs", type=int, default=5,
                    help="runs of each side in scenario 1 (default 5; scenarios 2, 3 use at most 3)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run the selected scenarios N times, interleaved, and report every figure as the median "
+                        "of the N runs with its spread (min-max); targets apply to that median")
     p.add_argument("--quick", action="store_true",
                    help="every scenario once at small size (smoke check, < 90 s)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results JSON (default {DEFAULT_OUT})")
@@ -142,6 +146,38 @@ def build_parser() -> argparse.ArgumentParser:
                         "the floor's: default (the image store's default root filesystem, systemd nodes), "
                         "builtin (the legacy host-root nodes) or an ami-id of the image store")
     return p
+
+
+def _run_scenario(number: int, args: argparse.Namespace, runs: int) -> dict[str, Any]:
+    """One run of scenario ``number`` (its figures, plus ``seconds``)."""
+    few = 1 if args.quick else min(runs, 3)
+    t = time.monotonic()
+    if number == 1:
+        scenario = seed_local.run(runs, args.workdir, reconcile_interval=args.reconcile_interval,
+                                  node_image=args.node_image,
+                                  floor_accounting=not args.quick)  # --quick stays under 90 s without it
+    elif number == 2:
+        scenario = sw_update.run(few, args.workdir, quick=args.quick)
+    elif number == 3:
+        scenario = scale_local.run(few, args.workdir, quick=args.quick, node_image=args.node_image)
+    elif number == 4:
+        scenario = sim_scale.run(args.quick, args.workdir)
+    elif number == 6:
+        scenario = image_build.run(min(few, 2), args.workdir)
+    elif number == 7:
+        scenario = slurm_releases.run(runs, args.workdir)
+    elif number == 8:
+        scenario = deep_health.run(few, args.workdir)
+    elif number == 9:
+        scenario = resilience.run(min(few, 3), args.workdir)
+    elif number == 10:
+        scenario = multi_server.run(args.quick, args.workdir)
+    elif number == 11:
+        scenario = containers.run(few, args.workdir)
+    else:
+        scenario = moto_compare.run(args.quick, args.workdir)
+    scenario["seconds"] = round(time.monotonic() - t, 1)
+    return scenario
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,37 +196,21 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(),
         "scenarios": {},
     }
-    few = 1 if args.quick else min(runs, 3)
-    for number in args.scenario or [n for n in sorted(SCENARIOS) if not (args.quick and n in NOT_QUICK)]:
-        name = SCENARIOS[number]
-        print(f"\n=== scenario {number}: {name}")
-        t = time.monotonic()
-        if number == 1:
-            scenario = seed_local.run(runs, args.workdir, reconcile_interval=args.reconcile_interval,
-                                      node_image=args.node_image,
-                                      floor_accounting=not args.quick)  # --quick stays under 90 s without it
-        elif number == 2:
-            scenario = sw_update.run(few, args.workdir, quick=args.quick)
-        elif number == 3:
-            scenario = scale_local.run(few, args.workdir, quick=args.quick, node_image=args.node_image)
-        elif number == 4:
-            scenario = sim_scale.run(args.quick, args.workdir)
-        elif number == 6:
-            scenario = image_build.run(min(few, 2), args.workdir)
-        elif number == 7:
-            scenario = slurm_releases.run(runs, args.workdir)
-        elif number == 8:
-            scenario = deep_health.run(few, args.workdir)
-        elif number == 9:
-            scenario = resilience.run(min(few, 3), args.workdir)
-        elif number == 10:
-            scenario = multi_server.run(args.quick, args.workdir)
-        elif number == 11:
-            scenario = containers.run(few, args.workdir)
-        else:
-            scenario = moto_compare.run(args.quick, args.workdir)
-        scenario["seconds"] = round(time.monotonic() - t, 1)
-        doc["scenarios"][name] = scenario
+    if args.repeat < 1:
+        print("bench: --repeat must be at least 1", file=sys.stderr)
+        return 2
+    numbers = args.scenario or [n for n in sorted(SCENARIOS) if not (args.quick and n in NOT_QUICK)]
+    repeats: dict[str, list[dict[str, Any]]] = {}
+    for rep in range(args.repeat):  # interleaved: every scenario sees the same stretch of the machine's noise
+        for number in numbers:
+            name = SCENARIOS[number]
+            print(f"\n=== scenario {number}: {name}" + (f" (run {rep + 1}/{args.repeat})" if args.repeat > 1 else ""))
+            repeats.setdefault(name, []).append(_run_scenario(number, args, runs))
+    for name, docs in repeats.items():
+        doc["scenarios"][name] = merge(docs) if len(docs) > 1 else docs[0]
+        if len(docs) > 1:
+            doc["scenarios"][name]["repeat"] = len(docs)
+            doc["scenarios"][name]["seconds"] = round(sum(d["seconds"] for d in docs), 1)
     doc["total_seconds"] = round(time.monotonic() - started, 1)
     figs = targets(doc)
     doc["all_targets_met"] = all(f["met"] for f in figs)

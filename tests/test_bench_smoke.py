@@ -163,8 +163,10 @@ def test_scenario_docs() -> None:
     d = sim_scale.result_doc(sizes, 150.0)
     assert d["in_service"]["met"] is False and d["pagination"]["met"] is True
     assert d["idle_pass_ratio_big_small"]["value"] == 2.0 and d["peak_rss"]["met"] is True
-    m = moto_compare.result_doc([300.0, 320.0], [280.0, 290.0], 10)
-    assert m["ratio"]["met"] is True and m["slurmpod_rps"]["value"] == 310.0
+    m = moto_compare.result_doc([450.0, 470.0], [290.0, 300.0], 10, [2.0, 3.0], [4.0, 4.0])
+    assert m["ratio"]["met"] is True and m["slurmpod_rps"]["value"] == 460.0
+    assert m["slurmpod_server_cpu_per_request"]["value"] == 2.5
+    assert moto_compare.result_doc([300.0], [290.0], 10)["ratio"]["met"] is False  # issue 21: >= 1.5 x moto
     u = sw_update.result_doc([sw_update.UpdateRun(1, 1, 0.2, 1.5)], [sw_update.UpdateRun(4, 2, 0.3, 4.0)])
     assert u["one_node"]["done"]["median"]["met"] is True and u["rolling"]["nodes"] == 4
     mem = NodeMemory(nodes=2, total_pss_kib=4096, per_command_kib={"slurmd": 4096})
@@ -177,3 +179,15 @@ def test_scenario_docs() -> None:
 
 def test_node_memory_ignores_other_processes() -> None:
     assert node_memory(os.getpid()).nodes == 0  # this process started no nodes
+
+
+def test_repeat_merge_reports_median_and_spread() -> None:
+    from bench.repeat import merge, spread_text
+
+    runs = [{"a": figure(v, "s", 2.0), "r": figure(v, "ratio", 1.5, at_least=True), "n": k, "l": [figure(v, "s")]}
+            for k, v in enumerate((3.0, 1.0, 2.0))]
+    doc = merge(runs)
+    assert doc["a"]["value"] == 2.0 and doc["a"]["met"] is True
+    assert doc["a"]["spread"] == {"min": 1.0, "max": 3.0, "values": [3.0, 1.0, 2.0]}
+    assert doc["r"]["met"] is True and doc["n"] == 0 and doc["l"][0]["value"] == 2.0
+    assert spread_text(doc["a"]) == "  (1-3, 3 runs)" and spread_text(figure(1.0, "s")) == ""

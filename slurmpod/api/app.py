@@ -106,6 +106,16 @@ def dispatch_recorded(ctx: ApiContext, op: str, params: dict[str, object], calle
     return result
 
 
+def _dispatch_and_record(ctx: ApiContext, service: str, op: str, params: object, caller: Caller,
+                         call: Call) -> dict[str, object]:
+    """``dispatch_service`` and, when it succeeds, its audit record, on the same worker thread (a failed call is
+    recorded by the request handler, with its error)."""
+    result = dispatch_service(ctx, service, op, params, caller)
+    if call.event_name != "-":
+        record(ctx, replace(call, result=result))
+    return result
+
+
 def origin_of(request: Request, *, console: bool = False) -> Origin:
     return Origin(request.client.host if request.client else "", request.headers.get("user-agent", ""), console)
 
@@ -152,7 +162,9 @@ def make_app(ctx: ApiContext, extra_routes: Sequence[BaseRoute] = ()) -> Starlet
             protocol.check_content_type(request.headers.get("content-type"))
             params = protocol.decode_body(raw)
             call = replace(call, params=params)
-            result = await run_in_threadpool(dispatch_service, ctx, service, op, params, caller)
+            # one thread hop per request: the call and its audit record (written there, below, on failure)
+            result = await run_in_threadpool(_dispatch_and_record, ctx, service, op, params, caller, call)
+            call = None  # recorded
             status, body = 200, protocol.encode_result(result)
             code = "OK"
         except ServiceError as err:

@@ -57,6 +57,7 @@ DB_VOLUME = VolumeMount("accounting-db", acct.MYSQL_DATADIR)
 PASSWORD_FILE = "accounting-db.pass"
 IMAGE_FILE = "accounting-image.json"  # the image the accounting host was launched with
 READY_TIMEOUT = 90.0
+BOOTED_WAIT = 30.0  # a host booted with its daemons' files: its one in-node wait gives up after this (see _ensure)
 POLL = 0.1
 
 
@@ -313,9 +314,13 @@ class AccountingService:
             self._launched.notify_all()
         r = self.provider.runner(cluster_id, inst.instance_id)
         systemd = _systemd(image)
+        conf, password = self._dbd_conf(cluster_id, external)
+        if any(f.path == acct.INIT_SQL for f in request.files) and self._booted_ready(r, conf):
+            log.info("cluster %s: accounting host up in %.2fs (its boot started munge, MariaDB and slurmdbd)",
+                     cluster_name, time.monotonic() - t0)
+            return AccountingConfig(host_ip=inst.ip, port=SLURMDBD_PORT)
         control.start_munge(r, munge_key)  # a no-op when munge.service started on the key at boot
         t1 = time.monotonic()
-        conf, password = self._dbd_conf(cluster_id, external)
         if password is not None:
             self._ensure_mariadb(r, password, systemd)
         else:
@@ -329,6 +334,16 @@ class AccountingService:
         log.info("cluster %s: accounting host up in %.2fs (launch+munge %.2fs, database %.2fs, slurmdbd %.2fs)",
                  cluster_name, time.monotonic() - t0, t1 - t0, t2 - t1, time.monotonic() - t2)
         return AccountingConfig(host_ip=inst.ip, port=SLURMDBD_PORT)
+
+    def _booted_ready(self, r: CommandRunner, conf: str) -> bool:
+        """A host whose boot files brought its daemons up: ready once one in-node wait says so (at most
+        ``BOOTED_WAIT`` s); False sends ``_ensure`` down the step-by-step path, which repairs and reports."""
+        wait = min(self.ready_timeout, BOOTED_WAIT)
+        argv = acct.booted_ready_argv(hashlib.sha256(conf.encode()).hexdigest(), wait)
+        try:
+            return _run(r, argv, timeout=wait + 10).returncode == 0
+        except ProviderError:
+            return False
 
     def _ensure_mariadb(self, r: CommandRunner, password: str, systemd: bool = False) -> None:
         # /run/mysqld, the logs, the volume's mount point (one command)

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from slurmpod import ids
 from slurmpod.domain import events as ev
-from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
 from slurmpod.domain.software import new_software_update
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, SoftwareUpdateStatus
 from slurmpod.domain.transitions import cluster_to, node_to
@@ -61,14 +61,19 @@ def mark_removing(ctx: Context, cluster: ClusterRecord, node: NodeRecord, reason
     over its address."""
     if node.status == InstanceStatus.SHUTTING_DOWN:
         return node
+    stored = ctx.store.update_node(*removing(ctx, cluster, node, reason, replaced=replaced))
+    log.info("node %s (%s): %s -> ShuttingDown (%s)", node.instance_id, node.group, node.status.value, reason)
+    return stored
+
+
+def removing(ctx: Context, cluster: ClusterRecord, node: NodeRecord, reason: str, *,
+             replaced: bool = False) -> tuple[NodeRecord, list[EventRecord]]:
+    """``node`` ShuttingDown, as ``mark_removing`` writes it, and the events of that write."""
     data = {**node.data, "replaced": True} if replaced else node.data
     drafts = [ev.instance_terminating(cluster.name, node.group, node.instance_id)]
     if replaced:
         drafts.insert(0, ev.replacement_started(cluster.name, node.group, node.instance_id))
-    stored = ctx.store.update_node(node_to(node, InstanceStatus.SHUTTING_DOWN, message=reason, data=data),
-                                   ctx.events(cluster, drafts))
-    log.info("node %s (%s): %s -> ShuttingDown (%s)", node.instance_id, node.group, node.status.value, reason)
-    return stored
+    return (node_to(node, InstanceStatus.SHUTTING_DOWN, message=reason, data=data), ctx.events(cluster, drafts))
 
 
 def set_status(ctx: Context, cluster: ClusterRecord, action: p.SetStatus) -> ClusterRecord:

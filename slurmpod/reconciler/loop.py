@@ -24,7 +24,7 @@ from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.errors import LeaseLost, VersionConflict
 from slurmpod.notify import Notifier
 from slurmpod.observability import metrics
-from slurmpod.reconciler import apply, rolling
+from slurmpod.reconciler import apply, batching, rolling
 from slurmpod.reconciler import plan as p
 from slurmpod.reconciler.monitor import HealthMonitor
 from slurmpod.reconciler.runtime import ClusterRuntime
@@ -251,6 +251,8 @@ class Reconciler:
         actions = p.plan(obs)
         if key is not None and not actions and all(n.status == InstanceStatus.RUNNING for n in nodes):
             self._quiet[cluster_id] = (*key, time.monotonic())
+        if not self.runtime.checkpoint_every_phase:  # cheap phases: many nodes per work item (workers.batch)
+            actions = batching.submit_batches(self.ctx, self.pool, cluster, actions, obs)
         current: ClusterRecord = cluster
         for action in actions:
             stored = DISPATCH[type(action)](self, current, action, obs)

@@ -5,6 +5,7 @@ Slurm membership. ``SlurmRuntime`` (real daemons over a Provider) and ``Simulate
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -56,6 +57,11 @@ class ClusterRuntime(Protocol):
 
     def set_image_lookup(self, lookup: Callable[[str | None], Image]) -> None:
         """Where the runtime finds an image's root filesystem by id (None = the latest)."""
+        ...
+
+    def batch(self) -> AbstractContextManager[None]:
+        """Around the boot steps or removals of a batch of nodes (``workers.batch``): what they launch or terminate
+        is durable at the provider when the block ends, not necessarily after each call."""
         ...
 
     def set_capacity(self, table: Mapping[str, int]) -> None:

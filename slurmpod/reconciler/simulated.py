@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from slurmpod.domain.model import ClusterRecord, NodeRecord
@@ -36,6 +37,9 @@ class SimulatedRuntime:
 
     def set_image_lookup(self, lookup: Callable[[str | None], Image]) -> None:
         return None  # simulated instances have no root filesystem
+
+    def batch(self) -> AbstractContextManager[None]:
+        return self.provider.deferred_sync()  # one journal fsync per batch of launches or terminations
 
     def set_capacity(self, table: Mapping[str, int]) -> None:
         self.provider.set_capacity(table)

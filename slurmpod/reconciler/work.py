@@ -64,6 +64,7 @@ class Timeouts:
 
 class WorkPool:
     def __init__(self, max_workers: int, wake: Callable[[], None]) -> None:
+        self.max_workers = max_workers
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="slurmpod-work")
         self._busy: dict[str, set[str]] = {}
         self._parked: dict[tuple[str, str], float] = {}  # (cluster id, key) -> monotonic time it may run again
@@ -84,19 +85,28 @@ class WorkPool:
 
     def submit(self, cluster_id: str, key: str, fn: WorkFn) -> bool:
         """Runs ``fn`` unless the key is in flight (running or parked); False when it was."""
+        return bool(self.submit_batch(cluster_id, [key], lambda _keys: fn()))
+
+    def submit_batch(self, cluster_id: str, keys: list[str], fn: Callable[[list[str]], Park | None]) -> list[str]:
+        """Runs ``fn(accepted)`` as one work item holding every key of ``keys`` that is not in flight; returns the
+        accepted keys (none: nothing submitted). A ``Park`` answer parks all of them."""
+        now = time.monotonic()
         with self._lock:
             busy = self._busy.setdefault(cluster_id, set())
-            if key in busy or self._parked.get((cluster_id, key), 0.0) > time.monotonic():
-                return False
-            self._parked.pop((cluster_id, key), None)
-            busy.add(key)
+            accepted = [k for k in keys if k not in busy and self._parked.get((cluster_id, k), 0.0) <= now]
+            if not accepted:
+                return []
+            for k in accepted:
+                self._parked.pop((cluster_id, k), None)
+                busy.add(k)
+        key = accepted[0] if len(accepted) == 1 else f"{accepted[0]} (+{len(accepted) - 1})"
 
         def run() -> None:
             parked: Park | None = None
             with self._lock:
                 self.running += 1
             try:
-                parked = fn()
+                parked = fn(accepted)
             except LeaseLost as exc:  # another server took the cluster over: it carries on from the store
                 log.info("work item %s stopped: %s", key, exc)
             except Exception:
@@ -104,13 +114,14 @@ class WorkPool:
             finally:
                 with self._lock:
                     self.running -= 1
-                    self._busy.get(cluster_id, set()).discard(key)
-                    if parked is not None:
-                        self._parked[(cluster_id, key)] = time.monotonic() + parked.seconds
+                    self._busy.get(cluster_id, set()).difference_update(accepted)
+                    if parked is not None and parked.seconds > 0:  # Park(0): plan it again next pass
+                        until = time.monotonic() + parked.seconds
+                        self._parked.update({(cluster_id, k): until for k in accepted})
                 self._wake()
 
         self._pool.submit(run)
-        return True
+        return accepted
 
     def forget(self, cluster_id: str) -> None:
         """A deleted cluster: drop its parked keys."""

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy import and_, bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
@@ -43,36 +43,46 @@ def _active_counts(conn: Connection, cluster_id: str) -> dict[str, int]:
     return {str(g): int(n) for g, n in conn.execute(q)}
 
 
+# prebuilt statements (bind parameters): these run in every cluster write's transaction
+_OPERATION_ID = select(clusters.c.operation_id).where(clusters.c.cluster_id == bindparam("k_cid"))
+_CLUSTER = select(clusters).where(clusters.c.cluster_id == bindparam("k_cid"))
+_OP_EXISTS = select(cluster_operations.c.operation_id).where(and_(
+    cluster_operations.c.cluster_id == bindparam("k_cid"), cluster_operations.c.operation_id == bindparam("k_op")))
+_INSERT_OP = insert(cluster_operations)
+
+
 def previous_cluster(conn: Connection, new: ClusterRecord) -> ClusterRecord | None | bool:
     """Before an update: the stored record when ``new`` carries another operation id, else False (no new
     operation: nothing to read or record). Only the operation id is read in the common case."""
     if not new.operation_id:
         return False
-    cur = conn.execute(select(clusters.c.operation_id).where(clusters.c.cluster_id == new.cluster_id)).first()
+    cur = conn.execute(_OPERATION_ID, {"k_cid": new.cluster_id}).first()
     if cur is None or cur[0] == new.operation_id:
         return False
-    row = conn.execute(select(clusters).where(clusters.c.cluster_id == new.cluster_id)).first()
+    row = conn.execute(_CLUSTER, {"k_cid": new.cluster_id}).first()
     return cluster_from_row(row) if row is not None else False
 
 
 def record_operation(conn: Connection, old: ClusterRecord | None, new: ClusterRecord,
-                     new_events: Sequence[EventRecord], kind: OperationKind | None = None) -> None:
-    """Records the operation ``new`` starts (if any); ``kind`` overrides the kind read from the records."""
+                     new_events: Sequence[EventRecord], kind: OperationKind | None = None, *,
+                     created: bool = False) -> None:
+    """Records the operation ``new`` starts (if any); ``kind`` overrides the kind read from the records.
+    ``created``: ``new`` was inserted in this transaction (it has no nodes and no operation yet)."""
     now = min((e.event_time for e in new_events), default=time.time())
-    op = operation_started(old, new, now, _active_counts(conn, new.cluster_id), kind)
+    op = operation_started(old, new, now, {} if created else _active_counts(conn, new.cluster_id), kind)
     if op is None:
         return
     c = cluster_operations.c
-    if conn.execute(select(c.operation_id).where(and_(c.cluster_id == op.cluster_id,
-                                                      c.operation_id == op.operation_id))).first():
+    if not created and conn.execute(_OP_EXISTS, {"k_cid": op.cluster_id, "k_op": op.operation_id}).first():
         return  # already recorded (an operation id a record returned to)
     if old is not None and old.operation_id and cluster_busy(old):
         conn.execute(update(cluster_operations).where(and_(c.cluster_id == old.cluster_id,
                                                            c.operation_id == old.operation_id))
                      .values(superseded=True))
-    conn.execute(insert(cluster_operations).values(
-        operation_id=op.operation_id, cluster_id=op.cluster_id, kind=op.kind.value, creation_time=op.creation_time,
-        superseded=False, details=json.dumps(op.details_dict(), sort_keys=True)))
+    conn.execute(_INSERT_OP, {
+        "operation_id": op.operation_id, "cluster_id": op.cluster_id, "kind": op.kind.value,
+        "creation_time": op.creation_time, "superseded": False,
+        "details": json.dumps(op.details_dict(), sort_keys=True)})
 
 
 def _operation_from_row(r: Row[Any]) -> OperationRecord:

@@ -119,6 +119,20 @@ class NodeRepo(Protocol):
 
     def delete_node(self, instance_id: str, new_events: Sequence[EventRecord] = ()) -> None: ...
 
+    def get_nodes(self, instance_ids: Sequence[str]) -> dict[str, NodeRecord]:
+        """The stored nodes among ``instance_ids``, by id (one round trip)."""
+        ...
+
+    def update_nodes(self, changes: Sequence[tuple[NodeRecord, Sequence[EventRecord]]]
+                     ) -> list[NodeRecord | None]:
+        """Several version-checked node writes with their events in one transaction; a node that changed since it
+        was read is skipped with its events (None in its place)."""
+        ...
+
+    def delete_nodes(self, instance_ids: Sequence[str], new_events: Sequence[EventRecord] = ()) -> None:
+        """``delete_node`` of several nodes in one transaction."""
+        ...
+
 
 class EventRepo(Protocol):
     def add_events(self, evs: Sequence[EventRecord]) -> None: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any
@@ -37,13 +37,27 @@ from slurmpod.store.rows import (
     node_values,
 )
 from slurmpod.store.tables import clusters, events, nodes, settings_kv
+from slurmpod.store.views import NodeView
 
 __all__ = ["NodeView", "SqlStore", "make_engine", "migrate"]
 
 # Statements built once (with bind parameters): building an ``update(...).values(**row)`` per call cost
 # about 200 us of the 270 us of an update_node, which the reconciler runs ~7 times per node booted.
 _NODE_BY_ID = select(nodes).where(nodes.c.instance_id == bindparam("k_iid"))
+_NODES_BY_IDS = select(nodes).where(nodes.c.instance_id.in_(bindparam("k_iids", expanding=True)))
+_INSERT_EVENT = insert(events)
+_INSERT_CLUSTER = insert(clusters)
+_CLUSTER_IDS = select(clusters.c.cluster_id)
+_SETTING = select(settings_kv.c.value).where(settings_kv.c.key == bindparam("k_key"))  # read per request (images)
+_UPDATE_CLUSTER = (
+    update(clusters)
+    .where(and_(clusters.c.cluster_id == bindparam("k_cid"), clusters.c.version == bindparam("k_ver")))
+    .values({c.name: bindparam(c.name) for c in clusters.c if c.name != "cluster_id"})
+)
 _CLUSTER_BY_ID = select(clusters).where(clusters.c.cluster_id == bindparam("k_cid"))
+_CLUSTER_BY_NAME = select(clusters).where(and_(clusters.c.account_id == bindparam("k_acct"),
+                                              clusters.c.region == bindparam("k_region"),
+                                              clusters.c.name == bindparam("k_name")))
 _UPDATE_NODE = (
     update(nodes)
     .where(and_(nodes.c.instance_id == bindparam("k_iid"), nodes.c.version == bindparam("k_ver")))
@@ -53,29 +67,6 @@ _UPDATE_NODE = (
 
 def _cluster_of(evs: Sequence[EventRecord]) -> str | None:
     return evs[0].cluster_id if evs else None
-
-
-class NodeView(Sequence[NodeRecord]):
-    """A cluster's nodes, read from the store on first use: a caller that never looks at them costs nothing
-    (a simulated boot step ignores them; reading 10,000 rows per boot step made booting quadratic)."""
-
-    def __init__(self, load: Callable[[], list[NodeRecord]]) -> None:
-        self._load = load
-        self._nodes: list[NodeRecord] | None = None
-
-    def _all(self) -> list[NodeRecord]:
-        if self._nodes is None:
-            self._nodes = self._load()
-        return self._nodes
-
-    def __len__(self) -> int:
-        return len(self._all())
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._all()[index]
-
-    def __iter__(self) -> Iterator[NodeRecord]:
-        return iter(self._all())
 
 
 class SqlStore:
@@ -129,9 +120,9 @@ class SqlStore:
         """Inserts a new cluster (and its first events) atomically; ResourceInUse when the name is taken."""
         try:
             with self._begin() as conn:
-                conn.execute(insert(clusters).values(**cluster_values(rec)))
+                conn.execute(_INSERT_CLUSTER, cluster_values(rec))
                 self._insert_events(conn, initial_events)
-                ops.record_operation(conn, None, rec, initial_events)
+                ops.record_operation(conn, None, rec, initial_events, created=True)
         except IntegrityError as exc:
             raise ResourceInUse(f"Cluster {rec.name} already exists.") from exc
 
@@ -140,8 +131,13 @@ class SqlStore:
             row = conn.execute(_CLUSTER_BY_ID, {"k_cid": cluster_id}).first()
         if row is None:
             self._parsed_clusters.pop(cluster_id, None)
+        return self._parsed(row)
+
+    def _parsed(self, row: Any) -> ClusterRecord | None:
+        if row is None:
             return None
         raw = tuple(row)
+        cluster_id = row.cluster_id
         hit = self._parsed_clusters.get(cluster_id)
         if hit is not None and hit[0] == raw:  # exact same row: reuse the parse (JSON spec parsing dominates)
             return hit[1]
@@ -151,12 +147,9 @@ class SqlStore:
 
     def find_cluster(self, account_id: str, region: str, name: str) -> ClusterRecord | None:
         """The account's cluster called ``name`` in ``region`` (names are unique per account and region)."""
-        c = clusters.c
         with self.engine.connect() as conn:
-            row = conn.execute(
-                select(clusters).where(and_(c.account_id == account_id, c.region == region, c.name == name))
-            ).first()
-        return cluster_from_row(row) if row else None
+            row = conn.execute(_CLUSTER_BY_NAME, {"k_acct": account_id, "k_region": region, "k_name": name}).first()
+        return self._parsed(row)
 
     def list_clusters(self, account_id: str | None = None, region: str | None = None) -> list[ClusterRecord]:
         q = select(clusters).order_by(clusters.c.creation_time, clusters.c.cluster_id)
@@ -169,7 +162,7 @@ class SqlStore:
 
     def cluster_ids(self) -> list[str]:
         with self.engine.connect() as conn:
-            return [r[0] for r in conn.execute(select(clusters.c.cluster_id))]
+            return [r[0] for r in conn.execute(_CLUSTER_IDS)]
 
     def update_cluster(
         self,
@@ -189,11 +182,9 @@ class SqlStore:
         with self._begin() as conn:
             self._check_fence(conn, rec.cluster_id)
             previous = ops.previous_cluster(conn, rec)
-            res = conn.execute(
-                update(clusters)
-                .where(and_(clusters.c.cluster_id == rec.cluster_id, clusters.c.version == rec.version))
-                .values(**cluster_values(stored))
-            )
+            values = cluster_values(stored)
+            del values["cluster_id"]
+            res = conn.execute(_UPDATE_CLUSTER, {**values, "k_cid": rec.cluster_id, "k_ver": rec.version})
             if res.rowcount != 1:
                 raise VersionConflict(f"cluster {rec.cluster_id} changed (expected version {rec.version})")
             for n in new_nodes:
@@ -243,8 +234,7 @@ class SqlStore:
         if groups is not None:
             q = q.where(nodes.c.group_name.in_(list(groups)))
         with self.engine.connect() as conn:
-            rows = conn.execute(q.order_by(nodes.c.seq))
-            return [node_from_row(r) for r in rows]
+            return [node_from_row(r) for r in conn.execute(q.order_by(nodes.c.seq)).all()]  # fetchall: 2x fetchone
 
     def page_nodes(
         self,
@@ -273,7 +263,7 @@ class SqlStore:
         q = (select(nodes).where(and_(*conds))
              .order_by(*(k.desc() if descending else k.asc() for k in keys)).limit(limit))
         with self.engine.connect() as conn:
-            return [node_from_row(r) for r in conn.execute(q)]
+            return [node_from_row(r) for r in conn.execute(q).all()]
 
     def node_tally(self, cluster_id: str, exclude_status: str = InstanceStatus.NOT_FOUND.value) -> list[NodeRecord]:
         """One stand-in per node with only ``group``, ``status`` and ``image_id`` real (the same object
@@ -333,6 +323,45 @@ class SqlStore:
             self._insert_events(conn, new_events)
         return stored
 
+    def get_nodes(self, instance_ids: Sequence[str]) -> dict[str, NodeRecord]:
+        """The stored nodes among ``instance_ids``, by id, in one query."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(_NODES_BY_IDS, {"k_iids": list(instance_ids)}).all()
+        return {r.instance_id: r for r in map(node_from_row, rows)}
+
+    def update_nodes(self, changes: Sequence[tuple[NodeRecord, Sequence[EventRecord]]]
+                     ) -> list[NodeRecord | None]:
+        """Version-checked writes of several nodes (each with its events) in one transaction. A node whose stored
+        version moved is skipped, its events too (None in its place); the others are written."""
+        out: list[NodeRecord | None] = []
+        if not changes:
+            return out
+        with self._begin() as conn:
+            for cluster_id in {rec.cluster_id for rec, _ in changes}:
+                self._check_fence(conn, cluster_id)
+            evs: list[EventRecord] = []
+            for rec, new_events in changes:
+                try:
+                    out.append(self._update_node(conn, rec))
+                except VersionConflict:
+                    out.append(None)
+                    continue
+                evs += new_events
+            self._insert_events(conn, evs)
+        return out
+
+    def delete_nodes(self, instance_ids: Sequence[str], new_events: Sequence[EventRecord] = ()) -> None:
+        """``delete_node`` of several nodes of one cluster in one transaction."""
+        if not instance_ids:
+            return
+        with self._begin() as conn:
+            if self._fence is not None:
+                owners = conn.execute(select(nodes.c.cluster_id).where(nodes.c.instance_id.in_(list(instance_ids))))
+                for cluster_id in {r[0] for r in owners} or {_cluster_of(new_events)}:
+                    self._check_fence(conn, cluster_id)
+            conn.execute(delete(nodes).where(nodes.c.instance_id.in_(list(instance_ids))))
+            self._insert_events(conn, new_events)
+
     def _update_node(self, conn: Connection, rec: NodeRecord) -> NodeRecord:
         stored = replace(rec, version=rec.version + 1)
         values = node_values(stored)
@@ -353,8 +382,8 @@ class SqlStore:
     # ---- events ---------------------------------------------------------------------------------
 
     def _insert_events(self, conn: Connection, evs: Sequence[EventRecord]) -> None:
-        for ev in evs:
-            conn.execute(insert(events).values(**event_values(ev)))
+        if evs:  # one prebuilt statement (executemany for several): building insert().values() per event cost more
+            conn.execute(_INSERT_EVENT, [event_values(ev) for ev in evs])
 
     def add_events(self, evs: Sequence[EventRecord]) -> None:
         with self._begin() as conn:
@@ -427,7 +456,7 @@ class SqlStore:
 
     def get_setting(self, key: str) -> Any:
         with self.engine.connect() as conn:
-            row = conn.execute(select(settings_kv.c.value).where(settings_kv.c.key == key)).first()
+            row = conn.execute(_SETTING, {"k_key": key}).first()
         return json.loads(row[0]) if row else None
 
     def put_setting(self, key: str, value: Any) -> None:

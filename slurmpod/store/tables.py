@@ -65,6 +65,10 @@ nodes = Table(
     Column("next_attempt", Float, nullable=False, default=0.0),
     Column("data", Text, nullable=False, default="{}"),
     Column("version", Integer, nullable=False),
+    # the two ListClusterNodes sort orders (keyset pages in SQL, store.sql.page_nodes): a page reads its 100 rows
+    # from the index instead of sorting the cluster's nodes (migration 0009)
+    Index("ix_nodes_cluster_launch", "cluster_id", "launch_time", "seq", "instance_id"),
+    Index("ix_nodes_cluster_group", "cluster_id", "group_name", "instance_id"),
 )
 
 events = Table(

@@ -447,6 +447,34 @@ def test_nodes_add_list_get_delete_max_seq(store: SqlStore) -> None:
     assert len(store.list_nodes(d.cluster_id)) == 1
 
 
+def test_batch_node_reads_writes_and_deletes(store: SqlStore) -> None:
+    """get_nodes / update_nodes / delete_nodes (the reconciler's batches): one transaction, and a node that changed
+    since it was read is skipped with its events while the others are written."""
+    c = make_cluster()
+    store.create_cluster(c)
+    nodes = [make_node(c.cluster_id, s) for s in (1, 2, 3)]
+    store.add_nodes(nodes)
+    got = store.get_nodes([n.instance_id for n in nodes] + ["i-doesnotexist0000"])
+    assert got == {n.instance_id: n for n in nodes}
+    assert store.get_nodes([]) == {}
+
+    stale = store.update_node(replace(nodes[1], message="moved on"))  # nodes[1] as read is now stale
+    evs = [make_event(c, f"running {k}", instance_id=n.instance_id) for k, n in enumerate(nodes)]
+    out = store.update_nodes([(replace(n, status=InstanceStatus.RUNNING), [e])
+                              for n, e in zip(nodes, evs, strict=True)])
+    assert [o is None for o in out] == [False, True, False]
+    assert out[0] is not None and out[0].version == 2 and store.get_node(nodes[0].instance_id) == out[0]
+    assert store.get_node(nodes[1].instance_id) == stale
+    assert [e.event_id for e in store.list_events(c.cluster_id)] == [evs[0].event_id, evs[2].event_id]
+    assert store.update_nodes([]) == []
+
+    gone = make_event(c, "terminated")
+    store.delete_nodes([nodes[0].instance_id, nodes[2].instance_id], [gone])
+    assert [n.instance_id for n in store.list_nodes(c.cluster_id)] == [nodes[1].instance_id]
+    assert store.list_events(c.cluster_id)[-1].event_id == gone.event_id
+    store.delete_nodes([])
+
+
 # ---- events -------------------------------------------------------------------------------------------
 
 

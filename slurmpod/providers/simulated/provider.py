@@ -11,7 +11,8 @@ import os
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -65,6 +66,7 @@ class SimulatedProvider:
         self.fail_rate = fail_rate
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._defer = threading.local()  # .on: this thread's fsyncs wait for the end of ``deferred_sync``
         self.instances: dict[str, ProviderInstance] = {}
         self.types: dict[str, str] = {}
         self.launch_counts: dict[str, int] = {}
@@ -95,7 +97,23 @@ class SimulatedProvider:
         self._journal_file.write(line + "\n")
         self._journal_file.flush()
 
+    @contextmanager
+    def deferred_sync(self) -> Iterator[None]:
+        """Launches and terminations of this thread inside the block journal without an fsync each; one fsync
+        when the block ends makes them all durable (before the caller records any of them: a batch of launches
+        costs one fsync, not one per instance)."""
+        outer = getattr(self._defer, "on", False)
+        self._defer.on = True
+        try:
+            yield
+        finally:
+            self._defer.on = outer
+            if not outer:
+                self._sync()
+
     def _sync(self) -> None:
+        if getattr(self._defer, "on", False):
+            return
         f = self._journal_file
         if f is not None and not f.closed:
             os.fsync(f.fileno())

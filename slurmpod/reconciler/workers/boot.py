@@ -13,7 +13,7 @@ from typing import Any
 
 from slurmpod.domain import deep_health as dh
 from slurmpod.domain import events as ev
-from slurmpod.domain.model import PHASES, ClusterRecord, NodeRecord
+from slurmpod.domain.model import PHASES, ClusterRecord, EventRecord, NodeRecord
 from slurmpod.domain.status import InstanceStatus
 from slurmpod.domain.transitions import node_to
 from slurmpod.errors import VersionConflict
@@ -60,7 +60,8 @@ def run_phases(ctx: Context, cluster: ClusterRecord, node: NodeRecord, *, resume
             current = ctx.store.update_node(replace(current, data={
                 k: v for k, v in current.data.items() if k != resume_key}))
             dirty = False
-        if phase == "baseline" and not p.may_start_baseline(fresh, ctx.store.list_nodes(cid)):
+        if phase == "baseline" and not p.may_start_baseline(
+                fresh, ctx.store.list_nodes(cid, p.controller_groups(fresh.spec))):  # only controllers matter
             if dirty:
                 _flush(ctx, current)
             return GATE_CLOSED  # a controller has no address yet: resource_config.json would not name it
@@ -113,7 +114,7 @@ def boot(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
     except NodeBootError as exc:
         failed = ctx.store.get_node(instance_id)
         if failed is not None and failed.status == InstanceStatus.PENDING:
-            _boot_failed(ctx, cluster, failed, exc)
+            boot_failed(ctx, cluster, failed, exc)
         return None
     if not isinstance(done, NodeRecord):
         return None
@@ -122,25 +123,34 @@ def boot(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
         if done is None or fresh is None or done.status != InstanceStatus.PENDING:
             return None
         cluster = fresh
-    group = cluster.spec.group(done.group)
-    check = dh.on_start_request(group, ctx.clock.now()) if group is not None else None
-    provisioned = ctx.event(cluster, ev.instance_provisioned(cluster.name, done.group, instance_id))
+    final, evs = booted(ctx, cluster, done)
     try:
-        if check is not None:  # OnStartDeepHealthChecks: checked before it takes jobs (workers.deep_health)
-            ctx.store.update_node(node_to(done, InstanceStatus.DEEP_HEALTH_CHECK_IN_PROGRESS, message=None,
-                                          data=dh.with_request(done.data, check)),
-                                  [provisioned, ctx.event(cluster, ev.dhc_started(
-                                      done.group, instance_id, [c.value for c in check.checks]))])
-        else:
-            ctx.store.update_node(node_to(done, InstanceStatus.RUNNING, message=None), [provisioned])
+        ctx.store.update_node(final, evs)
     except VersionConflict:
         return None  # changed meanwhile (e.g. being deleted): the next pass plans from the stored record
-    log.info("node %s (%s %s): Pending -> %s", instance_id, done.group, done.hostname,
-             "DeepHealthCheckInProgress" if check is not None else "Running")
+    log_booted(final)
     return None
 
 
-def _boot_failed(ctx: Context, cluster: ClusterRecord, node: NodeRecord, exc: NodeBootError) -> None:
+def booted(ctx: Context, cluster: ClusterRecord, done: NodeRecord) -> tuple[NodeRecord, list[EventRecord]]:
+    """A node whose phases are all done, as it is to be written (Running, or DeepHealthCheckInProgress when its
+    group checks nodes on start), and the events of that write."""
+    group = cluster.spec.group(done.group)
+    check = dh.on_start_request(group, ctx.clock.now()) if group is not None else None
+    provisioned = ctx.event(cluster, ev.instance_provisioned(cluster.name, done.group, done.instance_id))
+    if check is not None:  # OnStartDeepHealthChecks: checked before it takes jobs (workers.deep_health)
+        return (node_to(done, InstanceStatus.DEEP_HEALTH_CHECK_IN_PROGRESS, message=None,
+                        data=dh.with_request(done.data, check)),
+                [provisioned, ctx.event(cluster, ev.dhc_started(done.group, done.instance_id,
+                                                                [c.value for c in check.checks]))])
+    return node_to(done, InstanceStatus.RUNNING, message=None), [provisioned]
+
+
+def log_booted(node: NodeRecord) -> None:
+    log.info("node %s (%s %s): Pending -> %s", node.instance_id, node.group, node.hostname, node.status.value)
+
+
+def boot_failed(ctx: Context, cluster: ClusterRecord, node: NodeRecord, exc: NodeBootError) -> None:
     metrics.record_launch_failure(exc)
     if cluster.spec.continuous:
         # Desired state: every failure is retried asynchronously with capped exponential backoff.
