@@ -40,12 +40,14 @@ except (OSError, ValueError):
     i = 0
 print("task %s on %s step %s resumes at %d" % (os.environ["SLURM_PROCID"], socket.gethostname(),
                                                os.environ["SLURM_STEP_ID"], i), flush=True)
-while i < steps:
+release = "{DIR}/%s/release" % os.environ["SLURM_JOB_ID"]
+while i < steps or not os.path.exists(release):  # the test releases the job once its fault is injected
     time.sleep(1)
-    i += 1
-    with open(path + ".tmp", "w") as f:
-        f.write(str(i))
-    os.replace(path + ".tmp", path)
+    if i < steps:
+        i += 1
+        with open(path + ".tmp", "w") as f:
+            f.write(str(i))
+        os.replace(path + ".tmp", path)
 print("task %s done" % os.environ["SLURM_PROCID"], flush=True)
 """
 
@@ -147,6 +149,8 @@ def _inject_on_other_node(state: Path, c: Any, job: str) -> tuple[str, str, set[
     r = _faults(state, "inject", CLUSTER, "--node", victim, "gpu-xid")
     assert r.returncode == 0, r.stderr
     assert f"gpu-xid injected into {iid} ({victim})" in r.stdout
+    # the job may end only now (under load its 12 one-second steps were over before the fault came)
+    _sh(state, f"touch {DIR}/{job}/release")
     return victim, iid, others
 
 
