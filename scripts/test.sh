@@ -22,7 +22,11 @@ XDIST=(-n "${SLURMPOD_TEST_WORKERS:-2}" --dist loadfile)
 # Only for a whole-suite run (no arguments).
 if [ "$#" -eq 0 ]; then
   echo "== pytest, Slurm 24.11 nodes (SLURMPOD_NODE_IMAGE=trixie)"
+  # (the same careful primary start as the rolling update covers replacing both controllers; the containers file
+  # keeps its srun, sbatch, bad-input and Docker tests: the pass stays near 8 minutes)
   SLURMPOD_NODE_IMAGE=trixie exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
+    -k "not (replacing_both_controllers or gpus_are_visible_in_the_container or image_file_on_shared_storage \
+or named_container_workdir or slurm_native_container)" \
     tests/integration/test_systemd_nodes_local.py tests/integration/test_seed000_local.py \
     tests/integration/test_accounting_local.py tests/integration/test_software_update_local.py \
     tests/integration/test_ha_local.py tests/integration/test_login_local.py \

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from slurmpod.node.container_spec import SpecError, parse_image
+from slurmpod.node.container_spec import SpecError, is_image_archive, parse_image
 from slurmpod.providers.local.registry import ContainerRegistry
 
 PODMAN = "podman"
@@ -44,18 +44,11 @@ def check_name(name: str) -> str:
 
 
 def is_archive(path: Path) -> bool:
-    """A ``docker save``/OCI archive (``manifest.json`` or ``oci-layout`` at its top) rather than a root fs tar."""
+    """A ``docker save``/OCI archive rather than a root fs tar (``container_spec.is_image_archive``)."""
     try:
-        with tarfile.open(path) as tar:
-            for member in tar:
-                name = member.name.removeprefix("./")
-                if name in ("manifest.json", "oci-layout"):
-                    return True
-                if "/" in name.rstrip("/"):
-                    return False
+        return is_image_archive(str(path))
     except (OSError, tarfile.TarError) as exc:
         raise ContainerImportError(f"{path} is not a readable tar file ({exc})", 2) from exc
-    return False
 
 
 class _Podman:

@@ -38,6 +38,7 @@ from .container_spec import (
     SpecError,
     check_container_name,
     image_env,
+    is_image_archive,
     parse_env_names,
     parse_image,
     parse_mounts,
@@ -154,18 +155,10 @@ def _ensure_file(path: str, user: User) -> str:
 
 
 def _is_archive(path: str) -> bool:
-    """A ``docker save``/``podman save`` archive (manifest.json or oci-layout at its top), not a root filesystem."""
     try:
-        with tarfile.open(path) as tar:
-            for member in tar:
-                name = member.name.removeprefix("./")
-                if name in ("manifest.json", "oci-layout"):
-                    return True
-                if "/" in name.rstrip("/") or member.isdir():
-                    return False
+        return is_image_archive(path)
     except (OSError, tarfile.TarError) as exc:
         raise ContainerError(f"--container-image: {path} is not a readable tar file ({exc})") from exc
-    return False
 
 
 def _load_archive(path: str, local: str) -> None:

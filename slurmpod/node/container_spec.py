@@ -7,6 +7,7 @@ Standard library only: it runs inside nodes (``slurmpod-container``) and in slur
 from __future__ import annotations
 
 import re
+import tarfile
 from dataclasses import dataclass
 
 #: the registry a node resolves registry-less images against (written at boot, ``IP:PORT``)
@@ -136,3 +137,16 @@ def image_env(env: list[str], keep: list[str]) -> list[tuple[str, str]]:
             continue
         out.append((name, value))
     return out
+
+
+def is_image_archive(path: str) -> bool:
+    """A ``docker save``/``podman save``/OCI archive (``manifest.json`` or ``oci-layout`` at its top), not a root
+    filesystem tar. OSError / tarfile.TarError for what is no readable tar file (callers word the message)."""
+    with tarfile.open(path) as tar:
+        for member in tar:
+            name = member.name.removeprefix("./")
+            if name in ("manifest.json", "oci-layout"):
+                return True
+            if "/" in name.rstrip("/") or member.isdir():
+                return False
+    return False
