@@ -296,14 +296,14 @@ def _start_and_wait_slurmctld(runner: CommandRunner, timeout: float, sleep: Slee
     me = _hostname(runner)
     if units.uses_systemd(runner):
         units.start(runner, "slurmctld", autostart)
-    elif read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None and not _running(runner, "slurmctld"):
+    elif not slurmctld_running(runner):
         _check(runner, ["/usr/sbin/slurmctld"], log=SLURMCTLD_LOG_FILE)
     gone_since: list[float] = []
 
     def up() -> bool:
         if ping(runner).get(me):
             return True
-        if read_pid(runner, SLURMCTLD_PID_FILE, "slurmctld") is None and not _running(runner, "slurmctld"):
+        if not slurmctld_running(runner):
             # it may still be daemonizing (or handing over to a restart): dead only if gone for a while
             if not gone_since:
                 gone_since.append(clock())

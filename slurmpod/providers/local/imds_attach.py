@@ -58,9 +58,7 @@ class ImdsAttachments:
         """Serves IMDS from now on: in the ``live`` instances this process serves, and in every instance
         launched, rebooted or given a new root volume later."""
         self.on = True
-        for rec in live:
-            if self.serves(rec.cluster_id):
-                self.attach(rec, required=False)
+        self.sync(live)
 
     def sync(self, live: Iterable[InstanceRecord]) -> None:
         """After an ownership change: listeners in the served clusters' live nodes, none in the others."""

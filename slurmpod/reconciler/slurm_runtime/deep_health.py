@@ -32,6 +32,7 @@ from slurmpod.lifecycle.logstreams import deep_health_stream
 from slurmpod.lifecycle.nodeprograms import BIN
 from slurmpod.providers.base import CommandRunner, ProviderError
 from slurmpod.reconciler.runtime import DeepHealthResult
+from slurmpod.reconciler.slurm_runtime import probes
 from slurmpod.slurm import control
 from slurmpod.slurm.conf import SLURMD_PORT
 
@@ -179,13 +180,7 @@ def _unusable(rt: SlurmRuntime, cluster: ClusterRecord, targets: Sequence[NodeRe
               nodes: Sequence[NodeRecord]) -> dict[str, str]:
     """Targets Slurm will not run a step on (FAIL or DOWN, e.g. marked ``Action:Replace`` by the node's health agent
     before its check began): instance id -> why. Empty when slurmctld cannot say (the steps then tell)."""
-    r = rt.primary(cluster, nodes)
-    if r is None:
-        return {}
-    try:
-        states = {sn.name: sn for sn in control.SlurmControl(r).nodes()}
-    except (control.SlurmError, ProviderError):
-        return {}
+    states = probes.node_states(rt, cluster, nodes)
     out = {}
     for n in targets:
         sn = states.get(n.hostname or "")

@@ -14,6 +14,7 @@ from slurmpod.providers.base import ProviderError
 from slurmpod.reconciler.health import SlurmRequest
 from slurmpod.reconciler.slurm_runtime.membership import slurm_name
 from slurmpod.slurm import control
+from slurmpod.slurm.state import SlurmNode
 
 if TYPE_CHECKING:
     from slurmpod.reconciler.slurm_runtime.runtime import SlurmRuntime
@@ -32,15 +33,22 @@ def requested_action(reason: str | None) -> str | None:
     return None
 
 
-def slurm_requests(rt: SlurmRuntime, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, SlurmRequest]:
-    """Nodes with reason ``Action:Replace``/``Action:Reboot``: set to FAIL once their jobs have ended (drain, then
-    act), or DOWN (act now: Slurm killed their jobs). Each request says whether the node's health agent made it."""
+def node_states(rt: SlurmRuntime, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> dict[str, SlurmNode]:
+    """Slurm's nodes by name as the primary controller sees them; empty when it cannot say."""
     primary = rt.primary(cluster, nodes)
     if primary is None:
         return {}
     try:
-        states = {n.name: n for n in control.SlurmControl(primary).nodes()}
+        return {n.name: n for n in control.SlurmControl(primary).nodes()}
     except (control.SlurmError, ProviderError):
+        return {}
+
+
+def slurm_requests(rt: SlurmRuntime, cluster: ClusterRecord, nodes: Sequence[NodeRecord]) -> Mapping[str, SlurmRequest]:
+    """Nodes with reason ``Action:Replace``/``Action:Reboot``: set to FAIL once their jobs have ended (drain, then
+    act), or DOWN (act now: Slurm killed their jobs). Each request says whether the node's health agent made it."""
+    states = node_states(rt, cluster, nodes)
+    if not states:
         return {}
     out: dict[str, SlurmRequest] = {}
     for n in nodes:

@@ -13,16 +13,14 @@ import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
-from slurmpod.domain import events as ev
 from slurmpod.domain.model import PHASES, ClusterRecord, EventRecord, NodeRecord
 from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.reconciler import plan as p
 from slurmpod.reconciler.runtime import NodeBootError
 from slurmpod.reconciler.work import Context, Park, with_topology
 from slurmpod.reconciler.workers import removal
-from slurmpod.reconciler.workers.boot import GATE_CLOSED, boot_failed, booted, log_booted
+from slurmpod.reconciler.workers.boot import GATE_CLOSED, boot_failed, booted, log_booted, step
 
 log = logging.getLogger("slurmpod.reconciler")
 
@@ -69,19 +67,8 @@ def _phases(ctx: Context, cluster: ClusterRecord, node: NodeRecord, ctls: _Contr
         if (phase == "baseline" and not ctls.baseline_open(cluster)) or (
                 phase == "daemons" and not ctls.daemons_open(cluster, current)):
             return current, evs, cluster, False
-        try:
-            result: dict[str, Any] = dict(ctx.runtime.boot_step(cluster, current, phase, view))
-        except NodeBootError:
-            raise
-        except Exception as exc:
-            log.exception("boot of %s failed in phase %s", current.instance_id, phase)
-            raise NodeBootError(f"internal error during {phase}: {exc}") from exc
-        topology = result.pop("applied_topology", None)
-        script = result.pop("script", None)
-        if script:
-            evs.append(ctx.event(cluster, ev.lifecycle_script_completed(current.group, current.instance_id,
-                                                                        str(script), current.lifecycle_digest)))
-        current = replace(current, phases=(*current.phases, phase), **result)
+        current, step_evs, topology, _ = step(ctx, cluster, current, phase, view)
+        evs += step_evs
         ctls.note(current)
         if topology:
             cluster = ctx.update_cluster_with(cid, functools.partial(with_topology, topology=str(topology))) or cluster

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -69,21 +70,9 @@ def run_phases(ctx: Context, cluster: ClusterRecord, node: NodeRecord, *, resume
             if dirty:
                 _flush(ctx, current)
             return GATE_CLOSED  # waits for the controller / topology; the plan boots it again when ready
-        try:  # node_view: read only if the runtime looks at the nodes
-            result: dict[str, Any] = dict(ctx.runtime.boot_step(fresh, current, phase, ctx.store.node_view(cid)))
-        except NodeBootError:
-            raise
-        except Exception as exc:
-            log.exception("boot of %s failed in phase %s", iid, phase)
-            raise NodeBootError(f"internal error during {phase}: {exc}") from exc
-        topology = result.pop("applied_topology", None)
-        script = result.pop("script", None)
-        evs = []
-        if script:
-            evs.append(ctx.event(fresh, ev.lifecycle_script_completed(current.group, iid, str(script),
-                                                                      current.lifecycle_digest)))
-        current = replace(current, phases=(*current.phases, phase), **result)
-        if coalesce and not evs and not topology and not result:
+        # node_view: read only if the runtime looks at the nodes
+        current, evs, topology, changed = step(ctx, fresh, current, phase, ctx.store.node_view(cid))
+        if coalesce and not evs and not topology and not changed:
             dirty = True
         else:
             current = ctx.store.update_node(current, evs)
@@ -91,6 +80,25 @@ def run_phases(ctx: Context, cluster: ClusterRecord, node: NodeRecord, *, resume
         if topology and record_topology:
             ctx.update_cluster_with(cid, functools.partial(with_topology, topology=str(topology)))
     return current
+
+
+def step(ctx: Context, cluster: ClusterRecord, node: NodeRecord, phase: str, view: Sequence[NodeRecord]
+         ) -> tuple[NodeRecord, list[EventRecord], str | None, bool]:
+    """One boot phase in memory: (node with the phase done, events, the topology it applied, whether the phase
+    changed the record beyond its phase list). Raises NodeBootError (an unexpected exception becomes one)."""
+    try:
+        result: dict[str, Any] = dict(ctx.runtime.boot_step(cluster, node, phase, view))
+    except NodeBootError:
+        raise
+    except Exception as exc:
+        log.exception("boot of %s failed in phase %s", node.instance_id, phase)
+        raise NodeBootError(f"internal error during {phase}: {exc}") from exc
+    topology = result.pop("applied_topology", None)
+    script = result.pop("script", None)
+    evs = [ctx.event(cluster, ev.lifecycle_script_completed(node.group, node.instance_id, str(script),
+                                                            node.lifecycle_digest))] if script else []
+    return (replace(node, phases=(*node.phases, phase), **result), evs, str(topology) if topology else None,
+            bool(result))
 
 
 def _flush(ctx: Context, node: NodeRecord) -> None:
