@@ -106,16 +106,16 @@ export PIP_ROOT_USER_ACTION=ignore PIP_NO_WARN_SCRIPT_LOCATION=1
 # (PYTHONWARNINGS: setuptools' editable-install banner is a warning, not news; errors still print)
 PYTHONWARNINGS=ignore PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 "${PIP[@]}" install -e ".[$EXTRAS]" >/dev/null
 ln -sf "$VENV/bin/slurmpod" /usr/local/bin/slurmpod
-# The default node image: a Debian bookworm root filesystem (Slurm, munge, systemd, sudo, ...) + slurmpod's node
-# layer, built once into the host-wide image store (${SLURMPOD_IMAGE_STORE:-/var/lib/slurmpod/images}) and reused
-# by every state dir (the demo's, each test's). Skipped when the store has it for the current recipe version;
-# apt's downloads are cached in /var/cache/slurmpod/apt. SLURMPOD_SKIP_IMAGE_BUILD=1 skips this step (the server
-# then needs an image built later, `slurmpod images build --default`, or `--node-image builtin`).
+# The default node image: a Debian trixie root filesystem (Slurm 24.11, HyperPod's release; munge, systemd, sudo,
+# ...) + slurmpod's node layer, built once into the host-wide image store (${SLURMPOD_IMAGE_STORE:-/var/lib/slurmpod/images})
+# and reused by every state dir (the demo's, each test's). Skipped when the store has it for the current recipe
+# version; apt's downloads are cached in /var/cache/slurmpod/apt. SLURMPOD_SKIP_IMAGE_BUILD=1 skips this step (the
+# server then needs an image built later, `slurmpod images build --default`, or `--node-image builtin`).
 if [ "${SLURMPOD_SKIP_IMAGE_BUILD:-0}" != 1 ]; then
-  echo "== default node image"
-  "$VENV/bin/slurmpod" images build --default --store-only --suite bookworm
-  # Debian 13's Slurm 24.11 (HyperPod's release), selectable per group (ImageId) or with --node-image trixie
-  echo "== trixie node image (Slurm 24.11)"
+  echo "== default node image (trixie, Slurm 24.11)"
   "$VENV/bin/slurmpod" images build --default --store-only --suite trixie
+  # Debian 12's Slurm 22.05, selectable per group (ImageId) or with --node-image bookworm
+  echo "== bookworm node image (Slurm 22.05)"
+  "$VENV/bin/slurmpod" images build --default --store-only --suite bookworm
 fi
 echo "== ready: slurmpod $("$VENV/bin/slurmpod" --version | awk '{print $NF}') in $VENV (/usr/local/bin/slurmpod)"

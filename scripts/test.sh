@@ -18,13 +18,13 @@ export SLURMPOD_REQUIRE_POSTGRES=1
 XDIST=(-n "${SLURMPOD_TEST_WORKERS:-2}" --dist loadfile)
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "${XDIST[@]}" "$@"
 # The same Slurm tests (a representative set: running all of them twice would double the suite) on the other
-# Slurm release: nodes from the image store's trixie image (Slurm 24.11) instead of the default (bookworm, 22.05).
+# Slurm release: nodes from the image store's bookworm image (Slurm 22.05) instead of the default (trixie, 24.11).
 # Only for a whole-suite run (no arguments).
 if [ "$#" -eq 0 ]; then
-  echo "== pytest, Slurm 24.11 nodes (SLURMPOD_NODE_IMAGE=trixie)"
+  echo "== pytest, Slurm 22.05 nodes (SLURMPOD_NODE_IMAGE=bookworm)"
   # (the same careful primary start as the rolling update covers replacing both controllers; the containers file
   # keeps its srun, sbatch, bad-input and Docker tests: the pass stays near 8 minutes)
-  SLURMPOD_NODE_IMAGE=trixie exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
+  SLURMPOD_NODE_IMAGE=bookworm exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
     -k "not (replacing_both_controllers or gpus_are_visible_in_the_container or image_file_on_shared_storage \
 or named_container_workdir or slurm_native_container)" \
     tests/integration/test_systemd_nodes_local.py tests/integration/test_seed000_local.py \

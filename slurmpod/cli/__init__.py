@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--node-image", default=os.environ.get("SLURMPOD_NODE_IMAGE") or "default",
                    metavar="default|bookworm|trixie|builtin|AMI",
                    help="image of nodes whose instance group names no ImageId (local provider): default: the image "
-                        "store's default root filesystem (scripts/install.sh builds it); bookworm, trixie: the "
+                        "store's default root filesystem (scripts/install.sh builds it: trixie); bookworm, trixie: the "
                         "store's default image of that Debian suite (Slurm 22.05, 24.11); an ami-id of the store; "
                         "builtin: the legacy model whose nodes overlay this host's own / (they can read the host); "
                         "default $SLURMPOD_NODE_IMAGE")

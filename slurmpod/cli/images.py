@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpod.cli.options import die
-from slurmpod.lifecycle.imagestore import default_image_store
+from slurmpod.lifecycle.imagestore import PRIMARY_SUITE, default_image_store
 from slurmpod.settings import Settings, default_state_dir
 
 
@@ -33,7 +33,8 @@ def add_images_parser(sub: Any) -> argparse.ArgumentParser:
     il = isub.add_parser("list", parents=[where], help="list image releases")
     il.add_argument("--store", action="store_true", help="list the image store's contents instead")
     b = isub.add_parser("build", parents=[where], help="build a root filesystem image with mmdebstrap (as root)")
-    b.add_argument("--suite", default="bookworm", help="Debian suite (default bookworm; e.g. trixie)")
+    b.add_argument("--suite", default=PRIMARY_SUITE, help=f"Debian suite (default {PRIMARY_SUITE}: Slurm 24.11; "
+                                                            "bookworm: Slurm 22.05)")
     b.add_argument("--packages", default="", help="extra Debian packages a,b,... on top of the node's base set")
     b.add_argument("--script", default=None, help="bash file run inside the image (chroot) after the packages")
     b.add_argument("--release", default=None, help="release version X.Y.Z (default: next patch)")
@@ -43,7 +44,7 @@ def add_images_parser(sub: Any) -> argparse.ArgumentParser:
     b.add_argument("--store-only", action="store_true", help="only store the image; register it in no catalogue")
     b.add_argument("--default", action="store_true",
                    help="the store's default image of --suite for the current recipe: built only if missing "
-                        "(install.sh); bookworm's is also the store's default (--node-image default)")
+                        "(install.sh); trixie's is also the store's default (--node-image default)")
     b.add_argument("--verbose", "-v", action="store_true", help="show all of mmdebstrap's output")
     m = isub.add_parser("import", parents=[where], help="import a root filesystem (directory or tar, e.g. "
                                                         "`podman export` output)")
@@ -114,7 +115,6 @@ def _make(args: argparse.Namespace, images: Any, catalog: Any) -> int:
     from slurmpod.lifecycle.imagebuild import DEFAULT_CACHE, BuildError, BuildRequest, build_image
     from slurmpod.lifecycle.imageimport import import_image
     from slurmpod.lifecycle.images import check_release
-    from slurmpod.lifecycle.imagestore import PRIMARY_SUITE
     from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
 
     release = catalog.free_release(args.release) if catalog is not None else check_release(args.release or "1.0.1")

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmpod.lifecycle.imagestore import ImageStore, Manifest, Staging
+from slurmpod.lifecycle.imagestore import PRIMARY_SUITE, ImageStore, Manifest, Staging
 from slurmpod.lifecycle.nodelayer import RECIPE_VERSION, LayerError, apply_node_layer
 from slurmpod.lifecycle.rootfs import RootfsError, dpkg_versions, image_id_for, os_release, scan_tree
 
@@ -50,7 +50,6 @@ BASE_PACKAGES = (
 #: base packages some suites lack (package -> those suites): Debian 13 moved Docker's command line out of
 #: docker.io into docker-cli
 NOT_IN_SUITES = {"docker-cli": ("bookworm",)}
-DEFAULT_SUITE = "bookworm"
 MIRROR = os.environ.get("SLURMPOD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 SECURITY_MIRROR = os.environ.get("SLURMPOD_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 DEFAULT_CACHE = Path(os.environ.get("SLURMPOD_APT_CACHE", "/var/cache/slurmpod/apt"))
@@ -87,7 +86,7 @@ class BuildError(RuntimeError):
 
 @dataclass(frozen=True)
 class BuildRequest:
-    suite: str = DEFAULT_SUITE
+    suite: str = PRIMARY_SUITE
     packages: tuple[str, ...] = ()
     script: Path | None = None
     release: str = "1.0.1"

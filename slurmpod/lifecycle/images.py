@@ -188,7 +188,7 @@ class ImageCatalog:
         return image
 
     def adopt(self, images: ImageStore, image_id: str, state_dir: Path, release: str | None = None) -> Image:
-        """Registers an image of the host-wide store (``default``: the store's default bookworm image of the
+        """Registers an image of the host-wide store (``default``: the store's default (trixie) image of the
         current recipe, the one scripts/install.sh builds; a suite name such as ``trixie``: that suite's default
         image) in this catalogue, and records the reference."""
         suite = PRIMARY_SUITE if image_id == "default" else image_id if not image_id.startswith("ami-") else None

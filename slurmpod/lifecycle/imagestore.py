@@ -12,8 +12,10 @@ Design
 * A build or import happens in ``<store>/.build-XXXX`` (same filesystem) and is renamed into place atomically; a
   failure or Ctrl-C unmounts whatever is left mounted below it and removes it, so nothing half-made is ever seen.
   A ``.build-*`` dir whose builder died without cleaning up (SIGKILL) is swept by the next build.
-* ``default.json`` names the store's default image per recipe version (``nodelayer.RECIPE_VERSION``): the
-  install script builds it only when it is missing for the current recipe.
+* ``defaults/<suite>.json`` names each Debian suite's default image per recipe version
+  (``nodelayer.RECIPE_VERSION``); ``PRIMARY_SUITE``'s is the store's default (``--node-image default``). The
+  install script builds them only when missing for the current recipe. (``default.json``, the one pointer of
+  stores written before per-suite defaults, is still read for its suite and written with the primary one.)
 * Which images a state dir offers is its catalogue (``images.ImageCatalog``, in the store's settings), which
   refers to store images by id. Each registration also leaves a reference ``refs/<ami-id>/<key>`` naming the
   state dir; ``images delete`` drops this state dir's entry (refused while its nodes use the image) and removes
@@ -43,7 +45,7 @@ DEFAULT_FILE = "default.json"
 #: ``<suite>.json`` pointers: the default image of each Debian suite (``--node-image trixie``)
 SUITE_DEFAULTS = "defaults"
 #: the suite whose default is the store's default (``default.json``, ``--node-image default``)
-PRIMARY_SUITE = "bookworm"
+PRIMARY_SUITE = "trixie"
 _SUITE_OK = re.compile(r"^[a-z][a-z0-9-]{1,30}$")
 REFS = "refs"
 MANIFEST = "manifest.json"
@@ -258,15 +260,16 @@ class ImageStore:
 
     # the default image (built once by scripts/install.sh), and one default per Debian suite
     def default_pointer(self, suite: str | None = None) -> dict[str, Any]:
-        """``default.json`` (the primary default), or with ``suite`` that suite's pointer (the primary one when it
-        is of that suite and the suite has no pointer of its own: stores written before per-suite defaults)."""
-        paths = [self._suite_file(suite), self.root / DEFAULT_FILE] if suite else [self.root / DEFAULT_FILE]
+        """``suite``'s pointer (without one: ``PRIMARY_SUITE``'s, the store's default), or ``default.json`` when it
+        is of that suite and the suite has no pointer of its own (stores written before per-suite defaults)."""
+        paths = [self._suite_file(suite or PRIMARY_SUITE), self.root / DEFAULT_FILE]
+        suite = suite or PRIMARY_SUITE
         for path in paths:
             try:
                 raw = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            if isinstance(raw, dict) and (suite is None or raw.get("suite") == suite):
+            if isinstance(raw, dict) and raw.get("suite") == suite:
                 return raw
         return {}
 

@@ -19,16 +19,14 @@ IMAGE_STORE = Path(os.environ.get("SLURMPOD_IMAGE_STORE", "/var/lib/slurmpod/ima
 def default_image() -> str | None:
     """The image servers boot nodes from, if built: the image store's default (scripts/install.sh builds it), or
     with $SLURMPOD_NODE_IMAGE=<suite> (the second pass over the Slurm tests) that suite's default image."""
-    import json
-
     choice = os.environ.get("SLURMPOD_NODE_IMAGE") or "default"
     if choice.startswith("ami-"):
         image_id: str | None = choice
     else:
-        pointer = IMAGE_STORE / ("default.json" if choice == "default" else f"defaults/{choice}.json")
-        try:
-            image_id = str(json.loads(pointer.read_text())["image_id"])
-        except (OSError, ValueError, KeyError):
+        from slurmpod.lifecycle.imagestore import ImageStore
+
+        image_id = ImageStore(IMAGE_STORE).default_pointer(None if choice == "default" else choice).get("image_id")
+        if not image_id:
             return None
     return image_id if (IMAGE_STORE / str(image_id) / "rootfs").is_dir() else None
 

@@ -23,6 +23,7 @@ from slurmpod.store.sql import SqlStore
 
 REPO = Path(__file__).resolve().parents[2]
 AMI = "ami-0123456789abcdef0"
+TRIXIE = "ami-0123456789abcdef1"
 
 
 class Settings(dict):  # the SettingsStore protocol on a dict
@@ -208,7 +209,7 @@ def test_request_and_suite_checks() -> None:
 
 
 def test_mmdebstrap_argv_reuses_the_cache(tmp_path: Path) -> None:
-    req = BuildRequest(packages=("vim",), cache=tmp_path / "c c")
+    req = BuildRequest(suite="bookworm", packages=("vim",), cache=tmp_path / "c c")
     argv = imagebuild.mmdebstrap_argv(req, tmp_path / "root", ["deb A bookworm main"], tmp_path / "s.sh")
     assert argv[:3] == ["mmdebstrap", "--mode=root", "--variant=apt"]
     inc = next(a for a in argv if a.startswith("--include="))
@@ -256,7 +257,7 @@ exit 1
 
 
 @pytest.mark.parametrize(("mode", "code", "message"), [
-    ("missing", 2, "no such package in bookworm: nosuchpkg"),
+    ("missing", 2, "no such package in trixie: nosuchpkg"),
     ("script", 2, "--script failed with exit code 7"),
     ("term", 130, "interrupted: nothing was stored"),
     ("other", 1, "mmdebstrap failed (exit code 1)"),
@@ -348,15 +349,19 @@ def test_adopt_the_default_image(tmp_path: Path) -> None:
     cat = ImageCatalog(Settings())
     with pytest.raises(ImageError, match="install.sh builds the default image"):
         cat.adopt(store, "default", tmp_path)
-    store.set_default(_stored(store, recipe=RECIPE_VERSION))
+    store.set_default(_stored(store, recipe=RECIPE_VERSION))  # a bookworm image: not the default suite's
+    with pytest.raises(ImageError, match="install.sh builds the default image"):
+        cat.adopt(store, "default", tmp_path)
+    store.set_default(_stored(store, image_id=TRIXIE, recipe=RECIPE_VERSION, suite="trixie", slurm_version="24.11.5"))
     image = cat.adopt(store, "default", tmp_path)
-    assert (image.image_id, image.kind, image.root) == (AMI, "rootfs", str(store.rootfs(AMI)))
-    assert (image.suite, image.slurm_version, image.release) == ("bookworm", "22.05.8", "1.0.1")
-    assert cat.adopt(store, AMI, tmp_path) == image and cat.latest() == image
-    assert store.live_refs(AMI) == [str(tmp_path)]
+    assert (image.image_id, image.kind, image.root) == (TRIXIE, "rootfs", str(store.rootfs(TRIXIE)))
+    assert (image.suite, image.slurm_version, image.release) == ("trixie", "24.11.5", "1.0.1")
+    assert cat.adopt(store, "bookworm", tmp_path).image_id == AMI
+    assert cat.adopt(store, TRIXIE, tmp_path) == image
+    assert store.live_refs(TRIXIE) == [str(tmp_path)]
 
 
-def test_each_suite_has_its_default_and_bookworm_is_the_store_default(tmp_path: Path) -> None:
+def test_each_suite_has_its_default_and_trixie_is_the_store_default(tmp_path: Path) -> None:
     from dataclasses import replace
 
     from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
@@ -364,9 +369,9 @@ def test_each_suite_has_its_default_and_bookworm_is_the_store_default(tmp_path: 
     store = ImageStore(tmp_path / "images")
     bookworm = _stored(store, recipe=RECIPE_VERSION)
     trixie = replace(bookworm, id="ami-0000000000000beef", suite="trixie", slurm_version="24.11.5")
-    store.set_default(bookworm)
-    store.set_default(trixie, primary=False)  # a trixie default does not replace the store's default
-    assert store.default_pointer()["image_id"] == bookworm.id
+    store.set_default(bookworm, primary=False)  # a bookworm default is not the store's default
+    store.set_default(trixie, primary=False)
+    assert store.default_pointer()["image_id"] == trixie.id  # PRIMARY_SUITE's pointer
     assert store.default_pointer("trixie")["image_id"] == trixie.id
     assert store.default_pointer("bookworm")["image_id"] == bookworm.id
     cat = ImageCatalog(Settings())
@@ -376,6 +381,7 @@ def test_each_suite_has_its_default_and_bookworm_is_the_store_default(tmp_path: 
     with pytest.raises(ImageStoreError):
         store.default_pointer("../etc")
     # a store written before per-suite pointers: default.json answers for its own suite only
+    store.set_default(bookworm)
     (store.root / "defaults" / "bookworm.json").unlink()
     assert store.default(RECIPE_VERSION, "bookworm") is not None and store.default_pointer("sid") == {}
 
@@ -428,7 +434,7 @@ def test_server_node_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert cat.releases() == [BUILTIN]  # nothing registered by the refusal
     assert node_image(ServerSettings(state_dir=tmp_path / "state", node_image="builtin"), cat) == BUILTIN
     assert node_image(ServerSettings(state_dir=tmp_path / "state", provider="simulated"), cat) == BUILTIN
-    store.set_default(_stored(store, recipe=RECIPE_VERSION))
+    store.set_default(_stored(store, recipe=RECIPE_VERSION, suite="trixie", slurm_version="24.11.5"))
     image = node_image(local, cat)
     assert (image.image_id, image.kind) == (AMI, "rootfs") and cat.latest() == image
     assert node_image(local, cat) == image  # registered once
