@@ -10,6 +10,8 @@
   literal ``${SLURMD_OPTIONS}`` placeholder AWS's ``start_slurm.sh`` renders with envsubst, ``slurmctld.service``
   reading ``/opt/slurm/etc/slurm.conf`` (both Restart=on-failure, the stock unit's Type kept), user ``ubuntu``
   (uid/gid 1000, bash, passwordless sudo), ``/opt/sagemaker_cluster``, ``/opt/ml/config``, ``/var/log/provision``.
+* The accounting host's database: a copy of Debian's initialised MariaDB datadir with slurmdbd's tables already
+  made (``acctschema.prepare_schema``), which an empty database volume is seeded from.
 * slurmpod's SPANK plugins (``SPANK_PLUGINS``: ``srun --auto-resume``, ``slurmpod/node/spank_auto_resume.c``;
   Pyxis's ``--container-*`` options, ``spank_containers.c``) compiled with the build host's C compiler against the
   image's own ``<slurm/spank.h>`` (a plugin must match the Slurm that loads it) into ``/usr/lib/slurmpod/``; an
@@ -30,11 +32,12 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
+from slurmpod.lifecycle.acctschema import prepare_schema
 from slurmpod.lifecycle.rootfs import RootfsError, resolve_in_root
 from slurmpod.slurm.accounting import MARIADB_TEMPLATE
 from slurmpod.slurm.units import PLACEHOLDER, SLURMD_ENV
 
-RECIPE_VERSION = 7
+RECIPE_VERSION = 8
 
 MASKED = (
     "getty@tty1.service", "console-getty.service", "systemd-firstboot.service",
@@ -43,6 +46,11 @@ MASKED = (
     "systemd-networkd-wait-online.service", "systemd-timesyncd.service",
     "sys-kernel-debug.mount", "sys-kernel-tracing.mount", "sys-kernel-config.mount", "sys-fs-fuse-connections.mount",
     "dev-hugepages.mount", "dev-mqueue.mount", "systemd-modules-load.service",
+    # (recipe 8) work every boot did for nothing: the root volume is mounted read-write by the provider (no fstab),
+    # the journal is volatile (nothing to flush), /run/lock is a tmpfiles.d directory of /run, and podman's DHCP
+    # proxy (netavark, trixie) serves macvlan networks nodes do not have
+    "systemd-remount-fs.service", "systemd-journal-flush.service", "run-lock.mount",
+    "netavark-dhcp-proxy.service", "netavark-dhcp-proxy.socket",
 )
 UNWANTED_LINKS = (
     "getty.target.wants/getty@tty1.service", "sysinit.target.wants/systemd-pstore.service",
@@ -66,10 +74,10 @@ UBUNTU_UID = 1000
 SUDOERS = "ubuntu ALL=(ALL) NOPASSWD:ALL\n"
 _KEY = "/etc/ssh/ssh_host_ed25519_key"
 SSH_DROPIN = (
-    "# slurmpod: host keys are per root volume, made at first start (ed25519 only: RSA costs ~1 s of a boot)\n"
+    "# slurmpod: host keys are per root volume, made at first start (ed25519 only: RSA costs ~1 s of a boot);\n"
+    "# no separate `sshd -t` (sshd -D checks its configuration itself)\n"
     "[Service]\nExecStartPre=\n"
     f"ExecStartPre=/bin/sh -c 'test -e {_KEY} || exec ssh-keygen -q -t ed25519 -N \"\" -f {_KEY}'\n"
-    "ExecStartPre=/usr/sbin/sshd -t\n"
 )
 JOURNALD = "[Journal]\nStorage=volatile\nRuntimeMaxUse=16M\n"
 #: the accounting host's MariaDB: mariadbd itself (no galera_recovery before it, no debian-start table checks after
@@ -245,6 +253,7 @@ def slurm_units(root: Path) -> None:
         _write(units / "mariadb.service.d/slurmpod.conf", MARIADB_DROPIN)
         _write(root / "etc/mysql/mariadb.conf.d/60-slurmpod.cnf", MARIADB_CNF)
         mariadb_template(root)
+        prepare_schema(root)  # slurmdbd's tables in the template: once per image, not per cluster
     _write(units / "munge.service.d/slurmpod.conf", MUNGE_DROPIN)
     _write(units / "ssh.service.d/slurmpod.conf", SSH_DROPIN)
 

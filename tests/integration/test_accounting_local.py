@@ -225,6 +225,11 @@ def test_dead_accounting_host_is_restarted(acct_server: ServerProcess) -> None:
     units = subprocess.run(["nsenter", "-t", str(meta["holder_pid"]), "-a", "--", "systemctl", "is-active",
                             "mariadb", "slurmdbd", "munge"], capture_output=True, text=True, timeout=30)
     assert units.stdout.split() == ["active"] * 3, (units.stdout, units.stderr)
+    # the image's database template holds slurmdbd's tables: its first start is its only one (no fatal first start
+    # creating the database, no restart by systemd)
+    log = subprocess.run(["nsenter", "-t", str(meta["holder_pid"]), "-a", "--", "cat", "/var/log/slurm/slurmdbd.log"],
+                         capture_output=True, text=True, timeout=30).stdout
+    assert log.count("slurmdbd version") == 1 and "fatal" not in log, log
     os.kill(meta["holder_pid"], signal.SIGKILL)
     r = in_node(state, "acct", None, "bash", "-c", "cd /home && sbatch --parsable --wrap=true")
     assert r.returncode == 0, r.stderr  # slurmctld queues accounting records while slurmdbd is away

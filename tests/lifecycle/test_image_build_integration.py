@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from slurmpod.lifecycle.imagebuild import BuildRequest, build_image
-from slurmpod.lifecycle.imagestore import ImageStore, Manifest
+from slurmpod.lifecycle.imagestore import PRIMARY_SUITE, ImageStore, Manifest
 from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
 from slurmpod.lifecycle.rootfs import scan_tree
 
@@ -32,7 +32,7 @@ def _needs_root() -> None:
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ImageStore, Manifest]]:
     _needs_root()
     shared = ImageStore()
-    found = shared.default(RECIPE_VERSION, "bookworm")
+    found = shared.default(RECIPE_VERSION, PRIMARY_SUITE)
     if found is not None:
         yield shared, found
         return
@@ -52,7 +52,7 @@ def _chroot(root: Path, *argv: str, env: dict[str, str] | None = None) -> str:
 def test_image_has_the_node_layer(image: tuple[ImageStore, Manifest]) -> None:
     store, m = image
     root = store.rootfs(m.id)
-    assert m.slurm_version.startswith("22.05") and m.suite == "bookworm" and m.recipe == RECIPE_VERSION
+    assert m.slurm_version.startswith("24.11") and m.suite == PRIMARY_SUITE and m.recipe == RECIPE_VERSION
     assert m.size > 100 * 2**20 and m.id.startswith("ami-") and len(m.id) == 21
     assert store.image_dir(m.id).stat().st_mode & 0o777 == 0o555
     # ubuntu uid/gid 1000, bash, passwordless sudo accepted by the image's own sudo
@@ -87,6 +87,15 @@ def test_image_has_the_node_layer(image: tuple[ImageStore, Manifest]) -> None:
     assert (wants / "sockets.target.wants/docker.socket").is_symlink()  # Docker starts on first use, not at boot
     assert not os.path.lexists(wants / "multi-user.target.wants/docker.service")
     assert not os.path.lexists(wants / "default.target.wants/podman.service")
+    # boot work a node does not need is masked (the journal is volatile, no fstab, no macvlan DHCP)
+    for unit in ("systemd-journal-flush.service", "systemd-remount-fs.service", "run-lock.mount",
+                 "netavark-dhcp-proxy.service", "getty@tty1.service"):
+        assert os.readlink(wants / unit) == "/dev/null", unit
+    assert "sshd -t" not in (wants / "ssh.service.d/slurmpod.conf").read_text()
+    # the accounting database template holds slurmdbd's tables (made once per image), not its build-time user
+    template = root / "usr/share/slurmpod/mariadb-datadir"
+    assert int((template / ".slurmpod-schema").read_text()) >= 10 and (template / "slurm_acct_db").is_dir()
+    assert not list((root / "run").iterdir()) and not (root / "var/log/slurm/slurmdbd.log").exists()
     # per-node bits are not in the image
     assert not (root / "etc/munge/munge.key").exists()
     assert not list((root / "etc/ssh").glob("ssh_host_*"))
