@@ -78,6 +78,11 @@ MARIADB_DROPIN = ("# slurmpod: the accounting host's database\n[Service]\nExecSt
                   "ExecStart=/usr/sbin/mariadbd $MYSQLD_OPTS\nExecStartPost=\nRestart=on-failure\nRestartSec=2\n")
 MARIADB_CNF = ("# slurmpod: Slurm accounting (slurmdbd) settings\n[mysqld]\nskip-name-resolve\nbind-address=127.0.0.1\n"
                "innodb_buffer_pool_size=128M\ninnodb_lock_wait_timeout=900\n")
+#: MariaDB 11.8 (Debian sid) moved its socket from /run/mysqld to /run/mariadbd (server and libmariadb alike, so
+#: slurmdbd follows it): slurmpod's own client (``slurm.accounting.MYSQL_SOCKET``) reaches it through a link
+MARIADBD_RUN = "/run/mariadbd"
+MYSQLD_SOCKET_LINK = ("# slurmpod: the accounting host's MariaDB socket at its classic path too\n"
+                      "d /run/mysqld 0755 mysql root -\nL /run/mysqld/mysqld.sock - - - - /run/mariadbd/mysqld.sock\n")
 MUNGE_DROPIN = "# slurmpod: munged comes back when it dies (the stock unit only restarts on abort)\n" \
                "[Service]\nRestart=on-failure\nRestartSec=1\n"
 HOSTS = "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
@@ -244,6 +249,9 @@ def slurm_units(root: Path) -> None:
     if _sbin(root, "mariadbd") and (root / "etc/mysql/mariadb.conf.d").is_dir():
         _write(units / "mariadb.service.d/slurmpod.conf", MARIADB_DROPIN)
         _write(root / "etc/mysql/mariadb.conf.d/60-slurmpod.cnf", MARIADB_CNF)
+        tmpfiles = root / "usr/lib/tmpfiles.d/mariadb.conf"
+        if tmpfiles.is_file() and f"d {MARIADBD_RUN} " in tmpfiles.read_text():
+            _write(root / "etc/tmpfiles.d/slurmpod-mysqld.conf", MYSQLD_SOCKET_LINK)
         mariadb_template(root)
     _write(units / "munge.service.d/slurmpod.conf", MUNGE_DROPIN)
     _write(units / "ssh.service.d/slurmpod.conf", SSH_DROPIN)
