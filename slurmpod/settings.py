@@ -33,8 +33,9 @@ class Settings:
     local_cidr: str = "10.231.0.0/16"
     accounting: str = "local"  # local (slurmdbd + MariaDB per cluster, on its own service host) | none
     # the image of nodes whose group names no ImageId: "default" (the image store's default root filesystem), a
-    # Debian suite ("bookworm", "trixie": the store's default image of that suite), "builtin" (this host's own / as
-    # the lower layer: the legacy model, nodes can read the host) or an ami-id; $SLURMPOD_NODE_IMAGE sets the default
+    # Debian suite ("bookworm", "trixie", "sid": the store's default image of that suite), "builtin" (this host's own
+    # / as the lower layer: the legacy model, nodes can read the host) or an ami-id; $SLURMPOD_NODE_IMAGE sets the
+    # default
     node_image: str = field(default_factory=lambda: os.environ.get("SLURMPOD_NODE_IMAGE") or "default")
     # reconciler
     reconcile_interval: float = 2.0

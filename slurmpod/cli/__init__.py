@@ -67,12 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--simulated-fail-rate", type=float, default=0.0)
     s.add_argument("--local-cidr", default="10.231.0.0/16", help="address pool for local instances")
     s.add_argument("--node-image", default=os.environ.get("SLURMPOD_NODE_IMAGE") or "default",
-                   metavar="default|bookworm|trixie|builtin|AMI",
+                   metavar="default|bookworm|trixie|sid|builtin|AMI",
                    help="image of nodes whose instance group names no ImageId (local provider): default: the image "
-                        "store's default root filesystem (scripts/install.sh builds it: trixie); bookworm, trixie: the "
-                        "store's default image of that Debian suite (Slurm 22.05, 24.11); an ami-id of the store; "
-                        "builtin: the legacy model whose nodes overlay this host's own / (they can read the host); "
-                        "default $SLURMPOD_NODE_IMAGE")
+                        "store's default root filesystem (scripts/install.sh builds it: trixie); bookworm, trixie, "
+                        "sid: the store's default image of that Debian suite (Slurm 22.05, 24.11, 26.05); an ami-id "
+                        "of the store; builtin: the legacy model whose nodes overlay this host's own / (they can read "
+                        "the host); default $SLURMPOD_NODE_IMAGE")
     s.add_argument("--accounting", choices=["local", "none"], default="local",
                    help="clusters without Orchestrator.Slurm.AccountingDatabase get: local (default) slurmdbd + "
                         "MariaDB on a per-cluster service host (sacct works); none: no accounting")

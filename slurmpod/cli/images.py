@@ -4,6 +4,7 @@ store behind it (build, import, register). See ``slurmpod.lifecycle.imagestore``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -34,7 +35,7 @@ def add_images_parser(sub: Any) -> argparse.ArgumentParser:
     il.add_argument("--store", action="store_true", help="list the image store's contents instead")
     b = isub.add_parser("build", parents=[where], help="build a root filesystem image with mmdebstrap (as root)")
     b.add_argument("--suite", default=PRIMARY_SUITE, help=f"Debian suite (default {PRIMARY_SUITE}: Slurm 24.11; "
-                                                            "bookworm: Slurm 22.05)")
+                                                            "bookworm: 22.05; sid: Debian unstable's)")
     b.add_argument("--packages", default="", help="extra Debian packages a,b,... on top of the node's base set")
     b.add_argument("--script", default=None, help="bash file run inside the image (chroot) after the packages")
     b.add_argument("--release", default=None, help="release version X.Y.Z (default: next patch)")
@@ -125,24 +126,26 @@ def _make(args: argparse.Namespace, images: Any, catalog: Any) -> int:
         packages = tuple(p.strip() for p in args.packages.split(",") if p.strip())
         if args.default and (packages or args.script):
             raise BuildError("--default builds the base recipe only (no --packages/--script)", 2)
-        found = images.default(RECIPE_VERSION, args.suite) if args.default else None
-        if found is not None:
-            manifest = found
-            print(f"default image {manifest.id} ({manifest.suite}, Slurm {manifest.slurm_version}, recipe "
-                  f"{RECIPE_VERSION}) is already built in {images.root}; nothing to do")
-            if catalog is None:
-                return 0
-        else:
-            req = BuildRequest(suite=args.suite, packages=packages, script=Path(args.script) if args.script else None,
-                               release=release, description=args.description or "",
-                               cache=Path(args.cache) if args.cache else DEFAULT_CACHE, verbose=args.verbose)
-            previous = str(images.default_pointer(args.suite).get("image_id", "")) if args.default else ""
-            manifest = build_image(images, req, _progress)
-            if args.default:
-                images.set_default(manifest, primary=args.suite == PRIMARY_SUITE)
-                if previous and previous != manifest.id and images.get(previous) and not images.live_refs(previous):
-                    images.delete(previous)  # the default of an older recipe that no state dir registered
-                    print(f"removed the previous default image {previous}")
+        with images.default_lock(args.suite) if args.default else contextlib.nullcontext():
+            found = images.default(RECIPE_VERSION, args.suite) if args.default else None
+            if found is not None:
+                manifest = found
+                print(f"default image {manifest.id} ({manifest.suite}, Slurm {manifest.slurm_version}, recipe "
+                      f"{RECIPE_VERSION}) is already built in {images.root}; nothing to do")
+                if catalog is None:
+                    return 0
+            else:
+                req = BuildRequest(suite=args.suite, packages=packages, release=release,
+                                   script=Path(args.script) if args.script else None,
+                                   description=args.description or "",
+                                   cache=Path(args.cache) if args.cache else DEFAULT_CACHE, verbose=args.verbose)
+                previous = str(images.default_pointer(args.suite).get("image_id", "")) if args.default else ""
+                manifest = build_image(images, req, _progress)
+                if args.default:
+                    images.set_default(manifest, primary=args.suite == PRIMARY_SUITE)
+                    if previous and previous != manifest.id and images.get(previous) and not images.live_refs(previous):
+                        images.delete(previous)  # the default of an older recipe that no state dir registered
+                        print(f"removed the previous default image {previous}")
     where = f"{images.root}/{manifest.id}"
     if catalog is None:
         print(f"stored {manifest.id} ({manifest.suite}, Slurm {manifest.slurm_version}, {_mib(manifest.size)}) "

@@ -24,6 +24,7 @@ Design
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -290,6 +291,19 @@ class ImageStore:
             tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             tmp.write_text(text)
             os.replace(tmp, path)
+
+    @contextmanager
+    def default_lock(self, suite: str) -> Iterator[None]:
+        """One ``images build --default`` of ``suite`` at a time (install.sh, a test that builds a missing image):
+        the second finds the first's image instead of building it again."""
+        path = self._suite_file(suite).with_suffix(".lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
     def _suite_file(self, suite: str) -> Path:
         if not _SUITE_OK.match(suite):

@@ -32,8 +32,9 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
+from slurmpod.domain.slurm_release import SlurmRelease, major_of
 from slurmpod.lifecycle.acctschema import prepare_schema
-from slurmpod.lifecycle.rootfs import RootfsError, resolve_in_root
+from slurmpod.lifecycle.rootfs import RootfsError, dpkg_versions, resolve_in_root
 from slurmpod.slurm.accounting import MARIADB_TEMPLATE
 from slurmpod.slurm.units import PLACEHOLDER, SLURMD_ENV
 
@@ -86,6 +87,15 @@ MARIADB_DROPIN = ("# slurmpod: the accounting host's database\n[Service]\nExecSt
                   "ExecStart=/usr/sbin/mariadbd $MYSQLD_OPTS\nExecStartPost=\nRestart=on-failure\nRestartSec=2\n")
 MARIADB_CNF = ("# slurmpod: Slurm accounting (slurmdbd) settings\n[mysqld]\nskip-name-resolve\nbind-address=127.0.0.1\n"
                "innodb_buffer_pool_size=128M\ninnodb_lock_wait_timeout=900\n")
+#: slurmdbd after 24.11 (26.05 tried) checks that MariaDB's innodb_snapshot_isolation (ON since MariaDB 11.6) is off:
+#: "not supported by Slurm and will cause slurmdbd to fatal when a write conflicts with a concurrent transaction"
+MARIADB_CNF_NO_SNAPSHOT = "innodb_snapshot_isolation=OFF\n"
+LAST_SLURM_WITH_SNAPSHOTS = SlurmRelease(24, 11)
+#: MariaDB 11.8 (Debian sid) moved its socket from /run/mysqld to /run/mariadbd (server and libmariadb alike, so
+#: slurmdbd follows it): slurmpod's own client (``slurm.accounting.MYSQL_SOCKET``) reaches it through a link
+MARIADBD_RUN = "/run/mariadbd"
+MYSQLD_SOCKET_LINK = ("# slurmpod: the accounting host's MariaDB socket at its classic path too\n"
+                      "d /run/mysqld 0755 mysql root -\nL /run/mysqld/mysqld.sock - - - - /run/mariadbd/mysqld.sock\n")
 MUNGE_DROPIN = "# slurmpod: munged comes back when it dies (the stock unit only restarts on abort)\n" \
                "[Service]\nRestart=on-failure\nRestartSec=1\n"
 HOSTS = "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
@@ -251,7 +261,13 @@ def slurm_units(root: Path) -> None:
             condition="/opt/slurm/etc/slurmdbd.conf", keep_env=True))
     if _sbin(root, "mariadbd") and (root / "etc/mysql/mariadb.conf.d").is_dir():
         _write(units / "mariadb.service.d/slurmpod.conf", MARIADB_DROPIN)
-        _write(root / "etc/mysql/mariadb.conf.d/60-slurmpod.cnf", MARIADB_CNF)
+        slurmdbd = major_of(dpkg_versions(root, ("slurmdbd",)).get("slurmdbd", ""))
+        no_snapshots = slurmdbd is not None and slurmdbd > LAST_SLURM_WITH_SNAPSHOTS
+        _write(root / "etc/mysql/mariadb.conf.d/60-slurmpod.cnf",
+               MARIADB_CNF + (MARIADB_CNF_NO_SNAPSHOT if no_snapshots else ""))
+        tmpfiles = root / "usr/lib/tmpfiles.d/mariadb.conf"
+        if tmpfiles.is_file() and f"d {MARIADBD_RUN} " in tmpfiles.read_text():
+            _write(root / "etc/tmpfiles.d/slurmpod-mysqld.conf", MYSQLD_SOCKET_LINK)
         mariadb_template(root)
         prepare_schema(root)  # slurmdbd's tables in the template: once per image, not per cluster
     _write(units / "munge.service.d/slurmpod.conf", MUNGE_DROPIN)

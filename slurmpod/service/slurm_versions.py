@@ -66,7 +66,8 @@ def desired_versions(spec: ClusterSpec, lookup: Lookup) -> dict[str, str]:
 
 def update_findings(spec: ClusterSpec, running: Running, groups: Sequence[str], target: Image) -> list[str]:
     """UpdateClusterSoftware of ``groups`` to ``target`` (``running``: ``running_versions``): no downgrade, no jump
-    over more than two releases, and no group left on a Slurm the (updated) controllers cannot work with."""
+    beyond SchedMD's window (``slurm_release.max_jump``), and no group left on a Slurm the (updated) controllers
+    cannot work with."""
     if not target.slurm_version:
         return []
     out = []

@@ -62,7 +62,7 @@ def test_a_jump_over_two_releases_or_a_downgrade_changes_nothing(srv: RunningSer
     before = c.describe_cluster(ClusterName="up")
     events = _events(c, "up")
     msg = rejected(c.update_cluster_software, ClusterName="up", ImageId=img["24"])
-    assert "22.05" in msg and "24.11" in msg and "at most 2 major releases" in msg, msg
+    assert "22.05" in msg and "24.11" in msg and "at most 3 major releases" in msg, msg
     after = c.describe_cluster(ClusterName="up")
     assert after["ClusterStatus"] == "InService" and after["InstanceGroups"] == before["InstanceGroups"]
     assert _events(c, "up") == events

@@ -108,7 +108,7 @@ def test_22_05_to_24_11_is_refused_before_any_node_is_touched(local_server: Serv
     before = c.list_cluster_nodes(ClusterName=name)["ClusterNodeSummaries"]
     events = c.list_cluster_events(ClusterName=name, MaxResults=100)["Events"]
     msg = rejected(c.update_cluster_software, ClusterName=name, ImageId=trixie)
-    assert "22.05" in msg and "24.11" in msg and "at most 2 major releases" in msg, msg
+    assert "22.05" in msg and "24.11" in msg and "at most 3 major releases" in msg, msg
     after = c.describe_cluster(ClusterName=name)
     assert after["ClusterStatus"] == "InService"
     assert {g["CurrentImageId"] for g in after["InstanceGroups"]} == {bookworm}

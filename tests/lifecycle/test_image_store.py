@@ -220,6 +220,9 @@ def test_mmdebstrap_argv_reuses_the_cache(tmp_path: Path) -> None:
     hooks = [a for a in argv if a.startswith("--customize-hook=")]
     assert "chroot" in hooks[0] and "umount" in hooks[-1]
     assert argv[-3:] == ["bookworm", str(tmp_path / "root"), "deb A bookworm main"]
+    assert not any("Valid-Until" in a for a in argv)  # a stable suite's apt options (and image) as they were
+    sid = imagebuild.mmdebstrap_argv(BuildRequest(suite="sid"), tmp_path / "root", ["deb A sid main"], None)
+    assert '--aptopt=Acquire::Check-Valid-Until "false"' in sid  # a mirror copy older than sid's week still works
 
 
 def test_progress_filter_phases_and_failures() -> None:

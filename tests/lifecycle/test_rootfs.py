@@ -322,3 +322,30 @@ def test_node_layer_refuses_a_foreign_uid_1000(tmp_path: Path) -> None:
         f.write("debian:x:1000:1000::/home/debian:/bin/sh\n")
     with pytest.raises(nodelayer.LayerError, match="uid 1000 is taken by user debian"):
         nodelayer.ubuntu_user(root, FakeChroot(root))
+
+
+@pytest.mark.parametrize(("run_dir", "linked"), [("/run/mysqld", False), ("/run/mariadbd", True)])
+def test_mariadb_socket_link_only_where_mariadb_moved_it(tmp_path: Path, run_dir: str, linked: bool) -> None:
+    """MariaDB 11.8 (sid) makes /run/mariadbd; bookworm's and trixie's /run/mysqld keep the layer unchanged."""
+    root = fake_rootfs(tmp_path / "r")
+    _exe(root / "usr/sbin/mariadbd")
+    (root / "etc/mysql/mariadb.conf.d").mkdir(parents=True)
+    (root / "usr/lib/tmpfiles.d").mkdir(parents=True)
+    (root / "usr/lib/tmpfiles.d/mariadb.conf").write_text(f"# socket dir\nd {run_dir} 0755 mysql root -\n")
+    nodelayer.slurm_units(root)
+    link = root / "etc/tmpfiles.d/slurmpod-mysqld.conf"
+    assert link.is_file() == linked
+    if linked:
+        assert "L /run/mysqld/mysqld.sock - - - - /run/mariadbd/mysqld.sock" in link.read_text()
+
+
+@pytest.mark.parametrize(("slurmdbd", "off"), [("24.11.5-4+deb13u1", False), ("26.05.5-1", True)])
+def test_snapshot_isolation_off_for_slurmdbd_after_24_11(tmp_path: Path, slurmdbd: str, off: bool) -> None:
+    root = fake_rootfs(tmp_path / "r")
+    _exe(root / "usr/sbin/mariadbd")
+    (root / "etc/mysql/mariadb.conf.d").mkdir(parents=True)
+    (root / "var/lib/dpkg").mkdir(parents=True)
+    (root / "var/lib/dpkg/status").write_text(f"Package: slurmdbd\nStatus: install ok installed\nVersion: {slurmdbd}\n")
+    nodelayer.slurm_units(root)
+    cnf = (root / "etc/mysql/mariadb.conf.d/60-slurmpod.cnf").read_text()
+    assert cnf.startswith(nodelayer.MARIADB_CNF) and ("innodb_snapshot_isolation=OFF" in cnf) == off
