@@ -63,10 +63,11 @@ def _build(shape: botocore.model.Shape) -> Conformer:  # noqa: C901 - one branch
         subs: dict[str, Conformer] = {}  # built on first use: shapes may refer to themselves
 
         def structure(value: object, at: Path) -> object:
-            if isinstance(value, Enum):
-                value = value.value
-            if not isinstance(value, Mapping):
-                raise OutputShapeError(f"{_spell(at) or name}: expected {name}, got {value!r:.80}")
+            if value.__class__ is not dict:  # a plain dict (nearly always) is a Mapping and no Enum
+                if isinstance(value, Enum):
+                    value = value.value
+                if not isinstance(value, Mapping):
+                    raise OutputShapeError(f"{_spell(at) or name}: expected {name}, got {value!r:.80}")
             out: dict[str, object] = {}
             for member, item in value.items():
                 sub = subs.get(member)
@@ -76,9 +77,10 @@ def _build(shape: botocore.model.Shape) -> Conformer:  # noqa: C901 - one branch
                     sub = subs[member] = _conformer(members[member])
                 if item is not None:
                     out[member] = sub(item, (at, member))
-            missing = [m for m in required if m not in out]
-            if missing:
-                raise OutputShapeError(f"{_spell(at) or name}: missing required {missing} of {name}")
+            for m in required:
+                if m not in out:
+                    missing = [m for m in required if m not in out]
+                    raise OutputShapeError(f"{_spell(at) or name}: missing required {missing} of {name}")
             return out
 
         return structure
@@ -111,6 +113,8 @@ def _build(shape: botocore.model.Shape) -> Conformer:  # noqa: C901 - one branch
         shape_name = shape.name
 
         def string(value: object, at: Path) -> object:
+            if value.__class__ is str and (enum is None or value in enum):
+                return value
             if isinstance(value, Enum):
                 value = value.value
             if not isinstance(value, str):
@@ -120,6 +124,12 @@ def _build(shape: botocore.model.Shape) -> Conformer:  # noqa: C901 - one branch
             return str(value)
 
         return string
+    if kind in ("double", "float", "timestamp"):
+
+        def number(value: object, at: Path) -> object:
+            return value if value.__class__ is float else _scalar(kind, value, at)
+
+        return number
     return lambda value, at: _scalar(kind, value, at)
 
 
