@@ -51,6 +51,9 @@ _CLUSTER = select(clusters).where(clusters.c.cluster_id == bindparam("k_cid"))
 _OP_EXISTS = select(cluster_operations.c.operation_id).where(and_(
     cluster_operations.c.cluster_id == bindparam("k_cid"), cluster_operations.c.operation_id == bindparam("k_op")))
 _INSERT_OP = insert(cluster_operations)
+_SUPERSEDE = (update(cluster_operations).where(and_(cluster_operations.c.cluster_id == bindparam("k_cid"),
+                                                    cluster_operations.c.operation_id == bindparam("k_op")))
+              .values(superseded=True))
 
 
 def previous_cluster(conn: Connection, new: ClusterRecord,
@@ -76,13 +79,10 @@ def record_operation(conn: Connection, old: ClusterRecord | None, new: ClusterRe
     op = operation_started(old, new, now, {} if created else _active_counts(conn, new.cluster_id), kind)
     if op is None:
         return
-    c = cluster_operations.c
     if not created and conn.execute(_OP_EXISTS, {"k_cid": op.cluster_id, "k_op": op.operation_id}).first():
         return  # already recorded (an operation id a record returned to)
     if old is not None and old.operation_id and cluster_busy(old):
-        conn.execute(update(cluster_operations).where(and_(c.cluster_id == old.cluster_id,
-                                                           c.operation_id == old.operation_id))
-                     .values(superseded=True))
+        conn.execute(_SUPERSEDE, {"k_cid": old.cluster_id, "k_op": old.operation_id})
     conn.execute(_INSERT_OP, {
         "operation_id": op.operation_id, "cluster_id": op.cluster_id, "kind": op.kind.value,
         "creation_time": op.creation_time, "superseded": False,
