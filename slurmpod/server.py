@@ -8,6 +8,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from starlette.applications import Starlette
 
@@ -20,6 +21,7 @@ from slurmpod.observability import metrics
 from slurmpod.reconciler.loop import CAPACITY_KEY, Reconciler
 from slurmpod.reconciler.ownership import Ownership
 from slurmpod.reconciler.runtime import ClusterRuntime
+from slurmpod.reconciler.yielding import ApiGate, YieldingStore
 from slurmpod.regions import REGION_SETTING
 from slurmpod.security.credentials import CredentialStore
 from slurmpod.security.secrets import SecretError, SecretStore
@@ -28,6 +30,7 @@ from slurmpod.service.clusters import ClusterService, SnapshotInfo, Snapshotter
 from slurmpod.settings import Settings
 from slurmpod.slurm.accounting import password_problem, username_problem
 from slurmpod.store.collector import render as render_metrics
+from slurmpod.store.protocol import Store
 from slurmpod.store.sql import SqlStore
 
 log = logging.getLogger("slurmpod.server")
@@ -213,8 +216,10 @@ def build_server(settings: Settings) -> Server:
 
     runtime.set_image_lookup(image_of)
     ownership = build_ownership(settings, store, runtime, clock) if settings.shared_database else None
+    gate = ApiGate()  # the reconciler's store calls wait (briefly) for the API's requests in flight
+    background_store = cast(Store, YieldingStore(store.fenced(ownership) if ownership is not None else store, gate))
     reconciler = Reconciler(
-        store.fenced(ownership) if ownership is not None else store, runtime, clock,
+        background_store, runtime, clock,
         owns=ownership.owns if ownership is not None else (lambda _cid: True),
         interval=settings.reconcile_interval, max_workers=settings.max_parallel_launches,
         image=(BUILTIN.image_id, BUILTIN.release), min_count_timeout=settings.min_count_timeout,
@@ -244,7 +249,7 @@ def build_server(settings: Settings) -> Server:
     store.put_setting(REGION_SETTING, settings.region)  # the default region of the CLI's tools (`slurmpod connect`)
     ctx = ApiContext(service=service, caller=make_authenticator(settings), audit=audit,
                      extensions=settings.compat != "strict", ready=ready, scrape=lambda: render_metrics(store.engine),
-                     ready_detail=ownership.detail if ownership is not None else (lambda: {}))
+                     ready_detail=ownership.detail if ownership is not None else (lambda: {}), gate=gate)
     sign_in = (open_sign_in(settings.account_id, settings.region) if settings.auth == "none"
                else credential_sign_in(CredentialStore(settings.state_dir), settings.region))
     server = Server(settings, store, runtime, reconciler, service, make_app(ctx, console_routes(ctx, sign_in)),

@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -41,6 +42,12 @@ class TargetNotConnected(ServiceError):
     code = "TargetNotConnected"
 
 
+class RequestGate(Protocol):
+    def enter(self) -> None: ...
+
+    def leave(self) -> None: ...
+
+
 @dataclass
 class ApiContext:
     service: ClusterService
@@ -50,6 +57,7 @@ class ApiContext:
     ready: Callable[[], bool] = lambda: True
     ready_detail: Callable[[], dict[str, object]] = dict  # extra /readyz members (several servers: the leases)
     scrape: Callable[[], bytes] = metrics.render  # the /metrics body (the server adds its store gauges)
+    gate: RequestGate | None = None  # requests in flight, which the reconciler lets finish first (reconciler.yielding)
 
 
 def dispatch(ctx: ApiContext, op: str, params: object, caller: Caller) -> dict[str, object]:
@@ -138,6 +146,15 @@ async def read_body(request: Request, limit: int = protocol.MAX_BODY_BYTES) -> b
 def make_app(ctx: ApiContext, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
     """``extra_routes``: the console (``slurmpod.console``), mounted by ``slurmpod.server``."""
     async def root(request: Request) -> Response:
+        if ctx.gate is None:
+            return await handle(request)
+        ctx.gate.enter()
+        try:
+            return await handle(request)
+        finally:
+            ctx.gate.leave()
+
+    async def handle(request: Request) -> Response:
         request_id = str(uuid.uuid4())
         started = time.monotonic()
         service, op = "sagemaker", "-"

@@ -7,6 +7,7 @@ by the API layer after ``scrub`` removed every secret and cut every large value.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ class AuditRecord:
     seq: int = 0  # insertion order, set by the store
 
 
+@functools.lru_cache(maxsize=4096)  # the same few member names, in every record
 def is_secret_key(name: str) -> bool:
     return bool(_SECRET_KEY.search(name)) and not _POINTER_KEY.search(name)
 

@@ -117,12 +117,18 @@ def image_users(store: NodeSource) -> dict[str, list[str]]:
 class ImageCatalog:
     def __init__(self, store: SettingsStore) -> None:
         self.store = store
+        # the last catalogue read and its images: read on every request, it changes only when an image is published
+        self._memo: tuple[Any, tuple[Image, ...]] | None = None
 
     def releases(self) -> list[Image]:
         raw = self.store.get_setting(_KEY) or []
+        memo = self._memo
+        if memo is not None and memo[0] == raw:
+            return list(memo[1])
         images = [Image.from_dict(r) for r in raw]
         if not any(i.image_id == BUILTIN.image_id for i in images):
             images.insert(0, BUILTIN)
+        self._memo = (raw, tuple(images))
         return images
 
     def latest(self) -> Image:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import and_, bindparam, delete, func, insert, select, update
@@ -36,11 +36,13 @@ __all__ = ["claim_token", "get_token", "list_operations", "record_operation"]
 _GONE = (InstanceStatus.SHUTTING_DOWN.value, InstanceStatus.NOT_FOUND.value)
 
 
+_ACTIVE_COUNTS = (select(nodes.c.group_name, func.count())
+                  .where(and_(nodes.c.cluster_id == bindparam("k_cid"), nodes.c.status.not_in(_GONE)))
+                  .group_by(nodes.c.group_name))
+
+
 def _active_counts(conn: Connection, cluster_id: str) -> dict[str, int]:
-    c = nodes.c
-    q = (select(c.group_name, func.count()).where(and_(c.cluster_id == cluster_id, c.status.not_in(_GONE)))
-         .group_by(c.group_name))
-    return {str(g): int(n) for g, n in conn.execute(q)}
+    return {str(g): int(n) for g, n in conn.execute(_ACTIVE_COUNTS, {"k_cid": cluster_id})}
 
 
 # prebuilt statements (bind parameters): these run in every cluster write's transaction
@@ -49,18 +51,23 @@ _CLUSTER = select(clusters).where(clusters.c.cluster_id == bindparam("k_cid"))
 _OP_EXISTS = select(cluster_operations.c.operation_id).where(and_(
     cluster_operations.c.cluster_id == bindparam("k_cid"), cluster_operations.c.operation_id == bindparam("k_op")))
 _INSERT_OP = insert(cluster_operations)
+_SUPERSEDE = (update(cluster_operations).where(and_(cluster_operations.c.cluster_id == bindparam("k_cid"),
+                                                    cluster_operations.c.operation_id == bindparam("k_op")))
+              .values(superseded=True))
 
 
-def previous_cluster(conn: Connection, new: ClusterRecord) -> ClusterRecord | None | bool:
+def previous_cluster(conn: Connection, new: ClusterRecord,
+                     parse: Callable[[Any], ClusterRecord | None] = cluster_from_row) -> ClusterRecord | None | bool:
     """Before an update: the stored record when ``new`` carries another operation id, else False (no new
-    operation: nothing to read or record). Only the operation id is read in the common case."""
+    operation: nothing to read or record). Only the operation id is read in the common case. ``parse``: the
+    store's row parser (its cache knows the row the caller has just read)."""
     if not new.operation_id:
         return False
     cur = conn.execute(_OPERATION_ID, {"k_cid": new.cluster_id}).first()
     if cur is None or cur[0] == new.operation_id:
         return False
     row = conn.execute(_CLUSTER, {"k_cid": new.cluster_id}).first()
-    return cluster_from_row(row) if row is not None else False
+    return (parse(row) or False) if row is not None else False
 
 
 def record_operation(conn: Connection, old: ClusterRecord | None, new: ClusterRecord,
@@ -72,13 +79,10 @@ def record_operation(conn: Connection, old: ClusterRecord | None, new: ClusterRe
     op = operation_started(old, new, now, {} if created else _active_counts(conn, new.cluster_id), kind)
     if op is None:
         return
-    c = cluster_operations.c
     if not created and conn.execute(_OP_EXISTS, {"k_cid": op.cluster_id, "k_op": op.operation_id}).first():
         return  # already recorded (an operation id a record returned to)
     if old is not None and old.operation_id and cluster_busy(old):
-        conn.execute(update(cluster_operations).where(and_(c.cluster_id == old.cluster_id,
-                                                           c.operation_id == old.operation_id))
-                     .values(superseded=True))
+        conn.execute(_SUPERSEDE, {"k_cid": old.cluster_id, "k_op": old.operation_id})
     conn.execute(_INSERT_OP, {
         "operation_id": op.operation_id, "cluster_id": op.cluster_id, "kind": op.kind.value,
         "creation_time": op.creation_time, "superseded": False,
@@ -101,8 +105,8 @@ def list_operations(conn: Connection, cluster_id: str) -> list[OperationRecord]:
     return [_operation_from_row(r) for r in conn.execute(q)]
 
 
-def delete_cluster_rows(conn: Connection, cluster_id: str) -> None:
-    conn.execute(delete(cluster_operations).where(cluster_operations.c.cluster_id == cluster_id))
+#: a deleted cluster's rows of these tables (bind parameter ``k_cid``), deleted with it
+CLUSTER_CHILD_ROWS = (delete(cluster_operations).where(cluster_operations.c.cluster_id == bindparam("k_cid")),)
 
 
 def _token_key(account_id: str, region: str, operation: str, token: str) -> Any:

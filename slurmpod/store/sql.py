@@ -8,6 +8,7 @@ and migrations are in ``store.engine``, the row <-> record mappers in ``store.ro
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -62,6 +63,35 @@ _UPDATE_NODE = (
     update(nodes)
     .where(and_(nodes.c.instance_id == bindparam("k_iid"), nodes.c.version == bindparam("k_ver")))
     .values({c.name: bindparam(c.name) for c in nodes.c if c.name != "instance_id"})
+)
+
+
+@functools.cache
+def _page_statement(by_name: bool, descending: bool, keyed: bool, launched_after: bool, launched_before: bool) -> Any:
+    """``page_nodes``' query for one combination of its options, built once (bind parameters ``k_…``)."""
+    c = nodes.c
+    keys = (c.group_name, c.instance_id) if by_name else (c.launch_time, c.seq, c.instance_id)
+    conds = [c.cluster_id == bindparam("k_cid"), c.status != bindparam("k_status")]
+    if launched_after:
+        conds.append(c.launch_time > bindparam("k_after"))
+    if launched_before:
+        conds.append(c.launch_time < bindparam("k_before"))
+    if keyed:
+        bound = tuple_(*(bindparam(f"k_key{i}") for i in range(len(keys))))
+        conds.append(tuple_(*keys) < bound if descending else tuple_(*keys) > bound)
+    return (select(nodes).where(and_(*conds))
+            .order_by(*(k.desc() if descending else k.asc() for k in keys)).limit(bindparam("k_limit")))
+
+
+_NODE_TALLY = (select(nodes.c.group_name, nodes.c.status, nodes.c.image_id, func.count())
+               .where(and_(nodes.c.cluster_id == bindparam("k_cid"), nodes.c.status != bindparam("k_status")))
+               .group_by(nodes.c.group_name, nodes.c.status, nodes.c.image_id))
+_NODES_OF_CLUSTER = select(nodes).where(nodes.c.cluster_id == bindparam("k_cid")).order_by(nodes.c.seq)
+_DELETE_CLUSTER_ROWS = (  # a cluster's rows, children first
+    delete(nodes).where(nodes.c.cluster_id == bindparam("k_cid")),
+    delete(events).where(events.c.cluster_id == bindparam("k_cid")),
+    *ops.CLUSTER_CHILD_ROWS,
+    delete(clusters).where(clusters.c.cluster_id == bindparam("k_cid")),
 )
 
 
@@ -181,7 +211,7 @@ class SqlStore:
         stored = replace(rec, version=rec.version + 1)
         with self._begin() as conn:
             self._check_fence(conn, rec.cluster_id)
-            previous = ops.previous_cluster(conn, rec)
+            previous = ops.previous_cluster(conn, rec, parse=self._parsed)
             values = cluster_values(stored)
             del values["cluster_id"]
             res = conn.execute(_UPDATE_CLUSTER, {**values, "k_cid": rec.cluster_id, "k_ver": rec.version})
@@ -214,10 +244,8 @@ class SqlStore:
         """Removes the cluster, its nodes and its events."""
         with self._begin() as conn:
             self._check_fence(conn, cluster_id)
-            conn.execute(delete(nodes).where(nodes.c.cluster_id == cluster_id))
-            conn.execute(delete(events).where(events.c.cluster_id == cluster_id))
-            ops.delete_cluster_rows(conn, cluster_id)
-            conn.execute(delete(clusters).where(clusters.c.cluster_id == cluster_id))
+            for statement in _DELETE_CLUSTER_ROWS:
+                conn.execute(statement, {"k_cid": cluster_id})
 
     # ---- nodes ----------------------------------------------------------------------------------
 
@@ -230,11 +258,13 @@ class SqlStore:
 
     def list_nodes(self, cluster_id: str, groups: Iterable[str] | None = None) -> list[NodeRecord]:
         """The cluster's nodes by ``seq``; only those of ``groups`` when given."""
-        q = select(nodes).where(nodes.c.cluster_id == cluster_id)
-        if groups is not None:
-            q = q.where(nodes.c.group_name.in_(list(groups)))
+        if groups is None:
+            q, params = _NODES_OF_CLUSTER, {"k_cid": cluster_id}
+        else:
+            q = select(nodes).where(nodes.c.cluster_id == cluster_id, nodes.c.group_name.in_(list(groups)))
+            q, params = q.order_by(nodes.c.seq), {}
         with self.engine.connect() as conn:
-            return [node_from_row(r) for r in conn.execute(q.order_by(nodes.c.seq)).all()]  # fetchall: 2x fetchone
+            return [node_from_row(r) for r in conn.execute(q, params).all()]  # fetchall: 2x fetchone
 
     def page_nodes(
         self,
@@ -251,31 +281,23 @@ class SqlStore:
         """One keyset page of a cluster's nodes, sorted in SQL by ``(group, instance_id)`` (``by_name``) or
         ``(launch_time, seq, instance_id)``, strictly past the key ``after``; at most ``limit`` rows.
         (ListClusterNodes read and sorted all 10,000 nodes for every page of 100: 12 s for a full listing.)"""
-        c = nodes.c
-        keys = (c.group_name, c.instance_id) if by_name else (c.launch_time, c.seq, c.instance_id)
-        conds = [c.cluster_id == cluster_id, c.status != exclude_status]
-        if launched_after is not None:
-            conds.append(c.launch_time > launched_after)
-        if launched_before is not None:
-            conds.append(c.launch_time < launched_before)
-        if after is not None:
-            conds.append(tuple_(*keys) < tuple_(*after) if descending else tuple_(*keys) > tuple_(*after))
-        q = (select(nodes).where(and_(*conds))
-             .order_by(*(k.desc() if descending else k.asc() for k in keys)).limit(limit))
+        q = _page_statement(by_name, descending, after is not None, launched_after is not None,
+                            launched_before is not None)
+        params: dict[str, Any] = {"k_cid": cluster_id, "k_status": exclude_status, "k_limit": limit,
+                                  "k_after": launched_after, "k_before": launched_before}
+        for i, v in enumerate(after or ()):
+            params[f"k_key{i}"] = v
         with self.engine.connect() as conn:
-            return [node_from_row(r) for r in conn.execute(q).all()]
+            return [node_from_row(r) for r in conn.execute(q, params).all()]
 
     def node_tally(self, cluster_id: str, exclude_status: str = InstanceStatus.NOT_FOUND.value) -> list[NodeRecord]:
         """One stand-in per node with only ``group``, ``status`` and ``image_id`` real (the same object
         repeated per distinct triple; ``instance_id`` is empty): enough for counts and group status views,
         from one GROUP BY instead of 10,000 parsed rows per DescribeCluster."""
-        c = nodes.c
-        q = (select(c.group_name, c.status, c.image_id, func.count())
-             .where(and_(c.cluster_id == cluster_id, c.status != exclude_status))
-             .group_by(c.group_name, c.status, c.image_id))
         out: list[NodeRecord] = []
         with self.engine.connect() as conn:
-            for group, status, image_id, count in conn.execute(q):
+            for group, status, image_id, count in conn.execute(_NODE_TALLY, {"k_cid": cluster_id,
+                                                                              "k_status": exclude_status}):
                 stand_in = NodeRecord(instance_id="", cluster_id=cluster_id, group=group, seq=0,
                                       status=InstanceStatus(status), launch_time=0.0, image_id=image_id)
                 out += [stand_in] * int(count)
