@@ -46,7 +46,9 @@ _INNER = f"""set -eu
 T={MARIADB_TEMPLATE}
 SOCK=/run/mysqld/mysqld.sock
 sql() {{ mariadb --no-defaults --protocol=socket --socket=$SOCK --user=root --batch; }}
-install -d -o mysql -g mysql /run/mysqld
+install -d -o mysql -g mysql /run/mysqld /run/mariadbd
+# MariaDB 11.8 of Debian sid: libmariadb (slurmdbd's) looks for the socket in /run/mariadbd
+ln -s $SOCK /run/mariadbd/mysqld.sock
 install -d -o munge -g munge -m 0755 /run/munge
 install -d -o munge -g munge -m 0700 /run/prep-munge
 install -d -o slurm -g slurm -m 0700 /run/prep-dbd
