@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -42,6 +43,9 @@ class Server:
     service: ClusterService
     app: Starlette
     ownership: Ownership | None = None  # several servers on one database: this one's leases
+    _stop_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _handed_over: bool = False
+    _closed: bool = False
 
     def start(self) -> None:
         if self.ownership is not None:  # several servers share the local nodes: IMDS follows the leases
@@ -51,14 +55,28 @@ class Server:
             self.ownership.start()
         self.reconciler.start()
 
+    def hand_over(self) -> None:
+        """Stops reconciling and hands this server's clusters to the others at once (not after their leases
+        expire); the API may go on answering meanwhile (a graceful SIGTERM drains it in parallel). The lease
+        keeper keeps renewing, and takes nothing new, until the reconciler's in-flight work has ended."""
+        with self._stop_lock:
+            if self._handed_over:
+                return
+            self._handed_over = True
+            if self.ownership is not None:
+                self.ownership.drain()
+            self.reconciler.stop()
+            if self.ownership is not None:
+                self.ownership.stop()
+                self.ownership.release_all()
+            self.node_services("close")
+
     def stop(self) -> None:
-        if self.ownership is not None:
-            self.ownership.stop()
-        self.reconciler.stop()
-        if self.ownership is not None:
-            self.ownership.release_all()  # the others take over now, not after the lease expires
-        self.node_services("close")
-        self.store.close()
+        self.hand_over()
+        with self._stop_lock:
+            if not self._closed:
+                self._closed = True
+                self.store.close()
 
     def node_services(self, method: str, *args: object) -> None:
         """Host-side services of the nodes (the local provider's package proxy and IMDS): started with the

@@ -54,6 +54,7 @@ class Ownership:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _free_since: dict[str, float] = field(default_factory=dict)
+    _draining: bool = False
 
     @property
     def owner(self) -> str:
@@ -92,6 +93,10 @@ class Ownership:
         self.step()
         self._thread = threading.Thread(target=self._run, name="slurmpod-leases", daemon=True)
         self._thread.start()
+
+    def drain(self) -> None:
+        """A clean stop begins: keep renewing what is held, take and hand back nothing (``release_all`` follows)."""
+        self._draining = True
 
     def stop(self) -> None:
         self._stop.set()
@@ -133,6 +138,8 @@ class Ownership:
         with self._lock:
             before = set(self.held)
         self._renew(until, deadline)
+        if self._draining:
+            return
         live = [Candidate(r.replica_id, r.machine, r.provider) for r in self.leases.live_replicas(now)]
         if self.me not in live:
             live.append(self.me)
