@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 
 from slurmpod.api.app import ApiContext, make_app
 from slurmpod.api.auth import make_authenticator
+from slurmpod.api.contract.model import get_model
 from slurmpod.clock import SystemClock
 from slurmpod.console import console_routes, credential_sign_in, open_sign_in
 from slurmpod.lifecycle.images import BUILTIN, Image, ImageCatalog
@@ -216,6 +217,9 @@ def build_local_runtime(settings: Settings, image: Image = BUILTIN) -> tuple[Clu
 
 def build_server(settings: Settings) -> Server:
     Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
+    # the service model (~1 s of JSON parsing), loaded before the first request rather than by the first requests
+    # at once (each thread that found the cache empty parsed it: a fresh replica's first answers took seconds)
+    get_model()
     store = SqlStore(settings.database_url)
     clock = SystemClock()
     catalog = ImageCatalog(store)
