@@ -8,6 +8,10 @@ clusters another live server is preferred for (the spread after a server joins).
 reconciler; ``epoch`` answers the fenced store (``store.leases``). ``release_all`` on a clean stop lets the
 others take over at once instead of after the lease expires.
 
+A pass takes leases for at most one ``tick`` (the rest wait for the next pass): taking 500 leases one transaction
+each took longer than a lease under load, so the first ones expired before their first renewal and the servers
+took them from each other over and over. A lease taken runs a whole period from its take, not from the pass start.
+
 A server that cannot renew (database unreachable) stops reconciling its clusters when its own lease deadline
 passes, by its monotonic clock, before anyone else may take them over.
 """
@@ -167,8 +171,9 @@ class Ownership:
                 self._free_since.pop(cid, None)
                 continue
             first_free = self._free_since.setdefault(cid, started)
-            if best == self.owner or started - first_free >= self.lease_seconds:
-                changed |= self._take(cluster, now, until, deadline, home)
+            if (best == self.owner or started - first_free >= self.lease_seconds) and (
+                    time.monotonic() - started < self.tick):  # the rest next pass: renewals must not wait
+                changed |= self._take(cluster, home)
         gone = set(self.held) - {c.cluster_id for c in refs}
         for cid in gone:
             with self._lock:
@@ -195,8 +200,10 @@ class Ownership:
                     metrics.LEASE_CHANGES.labels("lost").inc()
                     log.warning("lost the lease of cluster %s (another server took it over)", cid)
 
-    def _take(self, cluster: ClusterRef, now: float, until: float, deadline: float, home: str | None) -> bool:
-        epoch = self.leases.acquire(cluster.cluster_id, self.owner, now=now, until=until,
+    def _take(self, cluster: ClusterRef, home: str | None) -> bool:
+        """Takes a free lease, for a whole lease period from now (not from the pass's start)."""
+        now, deadline = self.clock.now(), time.monotonic() + self.lease_seconds
+        epoch = self.leases.acquire(cluster.cluster_id, self.owner, now=now, until=now + self.lease_seconds,
                                     machine=self.me.machine, home=home)
         if epoch is None:
             return False
