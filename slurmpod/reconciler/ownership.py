@@ -8,9 +8,9 @@ clusters another live server is preferred for (the spread after a server joins).
 reconciler; ``epoch`` answers the fenced store (``store.leases``). ``release_all`` on a clean stop lets the
 others take over at once instead of after the lease expires.
 
-A pass takes leases for at most one ``tick`` (the rest wait for the next pass): taking 500 leases one transaction
-each took longer than a lease under load, so the first ones expired before their first renewal and the servers
-took them from each other over and over. A lease taken runs a whole period from its take, not from the pass start.
+A pass takes its leases in one transaction (``LeaseStore.acquire_many``), at most ``MAX_TAKES``: taking 500 one
+transaction each took longer than a lease under load, so the first ones expired before their first renewal and the
+servers took them from each other over and over. A lease taken runs a whole period from its take.
 
 A server that cannot renew (database unreachable) stops reconciling its clusters when its own lease deadline
 passes, by its monotonic clock, before anyone else may take them over.
@@ -33,6 +33,8 @@ from slurmpod.store.leases import ClusterRef, LeaseStore, Replica
 log = logging.getLogger("slurmpod.leases")
 
 __all__ = ["Held", "Ownership"]
+
+MAX_TAKES = 500  # leases taken per pass at most
 
 
 @dataclass
@@ -149,6 +151,7 @@ class Ownership:
             live.append(self.me)
         all_leases = self.leases.all()
         changed = False
+        takes: dict[str, tuple[ClusterRef, str | None]] = {}
         refs = self.leases.clusters()
         for cluster in refs:
             cid = cluster.cluster_id
@@ -171,9 +174,9 @@ class Ownership:
                 self._free_since.pop(cid, None)
                 continue
             first_free = self._free_since.setdefault(cid, started)
-            if (best == self.owner or started - first_free >= self.lease_seconds) and (
-                    time.monotonic() - started < self.tick):  # the rest next pass: renewals must not wait
-                changed |= self._take(cluster, home)
+            if (best == self.owner or started - first_free >= self.lease_seconds) and len(takes) < MAX_TAKES:
+                takes[cid] = (cluster, home)
+        changed |= self._take(takes)
         gone = set(self.held) - {c.cluster_id for c in refs}
         for cid in gone:
             with self._lock:
@@ -200,19 +203,22 @@ class Ownership:
                     metrics.LEASE_CHANGES.labels("lost").inc()
                     log.warning("lost the lease of cluster %s (another server took it over)", cid)
 
-    def _take(self, cluster: ClusterRef, home: str | None) -> bool:
-        """Takes a free lease, for a whole lease period from now (not from the pass's start)."""
-        now, deadline = self.clock.now(), time.monotonic() + self.lease_seconds
-        epoch = self.leases.acquire(cluster.cluster_id, self.owner, now=now, until=now + self.lease_seconds,
-                                    machine=self.me.machine, home=home)
-        if epoch is None:
+    def _take(self, takes: dict[str, tuple[ClusterRef, str | None]]) -> bool:
+        """Takes the free leases of ``takes`` in one transaction, each for a whole lease period from now (not
+        from the pass's start); whether any was taken."""
+        if not takes:
             return False
+        now, deadline = self.clock.now(), time.monotonic() + self.lease_seconds
+        got = self.leases.acquire_many({cid: home for cid, (_c, home) in takes.items()}, self.owner, now=now,
+                                       until=now + self.lease_seconds, machine=self.me.machine)
         with self._lock:
-            self.held[cluster.cluster_id] = Held(epoch, deadline)
-        self._free_since.pop(cluster.cluster_id, None)
-        metrics.LEASE_CHANGES.labels("acquired").inc()
-        log.info("took the lease of cluster %s (%s), epoch %d", cluster.name, cluster.cluster_id, epoch)
-        return True
+            for cid, epoch in got.items():
+                self.held[cid] = Held(epoch, deadline)
+        for cid, epoch in got.items():
+            self._free_since.pop(cid, None)
+            metrics.LEASE_CHANGES.labels("acquired").inc()
+            log.info("took the lease of cluster %s (%s), epoch %d", takes[cid][0].name, cid, epoch)
+        return bool(got)
 
     def _hand_back(self, cluster_id: str, to: str | None) -> bool:
         with self._lock:
