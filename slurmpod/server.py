@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -14,6 +15,7 @@ from starlette.applications import Starlette
 
 from slurmpod.api.app import ApiContext, make_app
 from slurmpod.api.auth import make_authenticator
+from slurmpod.api.contract.model import get_model
 from slurmpod.clock import SystemClock
 from slurmpod.console import console_routes, credential_sign_in, open_sign_in
 from slurmpod.lifecycle.images import BUILTIN, Image, ImageCatalog
@@ -45,6 +47,9 @@ class Server:
     service: ClusterService
     app: Starlette
     ownership: Ownership | None = None  # several servers on one database: this one's leases
+    _stop_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _handed_over: bool = False
+    _closed: bool = False
 
     def start(self) -> None:
         if self.ownership is not None:  # several servers share the local nodes: IMDS follows the leases
@@ -54,14 +59,28 @@ class Server:
             self.ownership.start()
         self.reconciler.start()
 
+    def hand_over(self) -> None:
+        """Stops reconciling and hands this server's clusters to the others at once (not after their leases
+        expire); the API may go on answering meanwhile (a graceful SIGTERM drains it in parallel). The lease
+        keeper keeps renewing, and takes nothing new, until the reconciler's in-flight work has ended."""
+        with self._stop_lock:
+            if self._handed_over:
+                return
+            self._handed_over = True
+            if self.ownership is not None:
+                self.ownership.drain()
+            self.reconciler.stop()
+            if self.ownership is not None:
+                self.ownership.stop()
+                self.ownership.release_all()
+            self.node_services("close")
+
     def stop(self) -> None:
-        if self.ownership is not None:
-            self.ownership.stop()
-        self.reconciler.stop()
-        if self.ownership is not None:
-            self.ownership.release_all()  # the others take over now, not after the lease expires
-        self.node_services("close")
-        self.store.close()
+        self.hand_over()
+        with self._stop_lock:
+            if not self._closed:
+                self._closed = True
+                self.store.close()
 
     def node_services(self, method: str, *args: object) -> None:
         """Host-side services of the nodes (the local provider's package proxy and IMDS): started with the
@@ -201,6 +220,9 @@ def build_local_runtime(settings: Settings, image: Image = BUILTIN) -> tuple[Clu
 
 def build_server(settings: Settings) -> Server:
     Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
+    # the service model (~1 s of JSON parsing), loaded before the first request rather than by the first requests
+    # at once (each thread that found the cache empty parsed it: a fresh replica's first answers took seconds)
+    get_model()
     store = SqlStore(settings.database_url)
     clock = SystemClock()
     catalog = ImageCatalog(store)

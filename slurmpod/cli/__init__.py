@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--lease-seconds", type=float, default=15.0,
                    help="several servers: how long a cluster's lease lasts without renewal; a dead server's clusters "
                         "are taken over this long after it stopped renewing (default 15)")
+    s.add_argument("--reuse-port", action="store_true",
+                   help="several servers: share --host:--port with the other servers of this machine (SO_REUSEPORT; "
+                        "the kernel spreads new connections over them), so one restarting leaves the others serving; "
+                        "needs a PostgreSQL --db")
     s.add_argument("--machine-id", default=None,
                    help="several servers: this machine's id for local-node reachability (default /etc/machine-id)")
     s.add_argument("--capacity", default="", help="initial capacity table TYPE=COUNT[,...] (see `capacity set`)")

@@ -27,7 +27,8 @@ EXAMPLES: dict[str, str] = {
         "  slurmpod capacity set ml.c5.xlarge=1 --state-dir /var/lib/slurmpod\n  slurmpod audit --follow",
     "server": "  slurmpod server --port 8080\n  slurmpod server --region ap-northeast-1 --provider simulated\n"
               "  slurmpod server --host 0.0.0.0 --tls-cert cert.pem --tls-key key.pem\n"
-              "  SLURMPOD_DB=postgresql+psycopg://slurmpod@db/slurmpod slurmpod server",
+              "  SLURMPOD_DB=postgresql+psycopg://slurmpod@db/slurmpod slurmpod server\n"
+              "  slurmpod server --db postgresql+psycopg://slurmpod@db/slurmpod --reuse-port  # one per replica",
     "credentials": "  slurmpod credentials create --account 111122223333\n  slurmpod credentials list\n"
                    "  slurmpod credentials delete AKIAEXAMPLEEXAMPLE00",
     "credentials create": "  slurmpod credentials create\n  slurmpod credentials create --account 111122223333",

@@ -35,10 +35,10 @@ def listen_refusal(host: str, *, tls: bool, insecure_no_tls: bool, auth: str) ->
 
 def cmd_server(args: argparse.Namespace) -> int:
     import os
-    import socket
 
     import uvicorn
 
+    from slurmpod.cli.serving import GRACEFUL_SECONDS, GracefulServer, listening_socket
     from slurmpod.providers.base import SetupError
     from slurmpod.server import build_server
 
@@ -90,15 +90,18 @@ def cmd_server(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.insecure_no_tls and not args.tls_cert and not _is_loopback(args.host):
         logging.getLogger("slurmpod").warning("listening on %s WITHOUT TLS (--insecure-no-tls)", args.host)
-    with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((args.host, args.port))
-        except OSError as exc:
-            return die(f"cannot listen on {args.host}:{args.port}: {exc.strerror}; pick another --port")
+    if args.reuse_port and not settings.shared_database:
+        return die("--reuse-port needs a shared PostgreSQL --db: servers on one SQLite database would each "
+                   "reconcile every cluster")
+    try:
+        sock = listening_socket(args.host, args.port, reuse_port=args.reuse_port)
+    except OSError as exc:
+        hint = "pick another --port" + ("" if args.reuse_port else ", or --reuse-port to share it with other servers")
+        return die(f"cannot listen on {args.host}:{args.port}: {exc.strerror}; {hint}")
     try:
         server = build_server(settings)
     except SetupError as exc:
+        sock.close()
         return die(str(exc))
     if settings.provider == "simulated":
         logging.getLogger("slurmpod").warning("provider: SIMULATED (no real nodes; for tests and benchmarks)")
@@ -106,13 +109,15 @@ def cmd_server(args: argparse.Namespace) -> int:
     import sys
 
     # uvicorn re-raises SIGTERM after its graceful shutdown: exit through ``finally`` so the server stops cleanly
-    # (several servers: its leases are released and the others take over at once, a rolling restart)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server.start()
+    # explicit loop/http, so a missing uvloop/httptools wheel fails loudly instead of silently losing ~10 % of
+    # requests/s
+    config = uvicorn.Config(server.app, log_level="warning", access_log=False, loop="uvloop", http="httptools",
+                            ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key,
+                            timeout_graceful_shutdown=GRACEFUL_SECONDS)
     try:
-        # explicit, so a missing uvloop/httptools wheel fails loudly instead of silently losing ~10 % of requests/s
-        uvicorn.run(server.app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                    loop="uvloop", http="httptools", ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
+        GracefulServer(config, server.hand_over).run(sockets=[sock])
     finally:
         server.stop()
     return 0

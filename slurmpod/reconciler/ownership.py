@@ -8,6 +8,10 @@ clusters another live server is preferred for (the spread after a server joins).
 reconciler; ``epoch`` answers the fenced store (``store.leases``). ``release_all`` on a clean stop lets the
 others take over at once instead of after the lease expires.
 
+A pass takes its leases in one transaction (``LeaseStore.acquire_many``), at most ``MAX_TAKES``: taking 500 one
+transaction each took longer than a lease under load, so the first ones expired before their first renewal and the
+servers took them from each other over and over. A lease taken runs a whole period from its take.
+
 A server that cannot renew (database unreachable) stops reconciling its clusters when its own lease deadline
 passes, by its monotonic clock, before anyone else may take them over.
 """
@@ -29,6 +33,8 @@ from slurmpod.store.leases import ClusterRef, LeaseStore, Replica
 log = logging.getLogger("slurmpod.leases")
 
 __all__ = ["Held", "Ownership"]
+
+MAX_TAKES = 500  # leases taken per pass at most
 
 
 @dataclass
@@ -54,6 +60,7 @@ class Ownership:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _free_since: dict[str, float] = field(default_factory=dict)
+    _draining: bool = False
 
     @property
     def owner(self) -> str:
@@ -92,6 +99,10 @@ class Ownership:
         self.step()
         self._thread = threading.Thread(target=self._run, name="slurmpod-leases", daemon=True)
         self._thread.start()
+
+    def drain(self) -> None:
+        """A clean stop begins: keep renewing what is held, take and hand back nothing (``release_all`` follows)."""
+        self._draining = True
 
     def stop(self) -> None:
         self._stop.set()
@@ -133,11 +144,14 @@ class Ownership:
         with self._lock:
             before = set(self.held)
         self._renew(until, deadline)
+        if self._draining:
+            return
         live = [Candidate(r.replica_id, r.machine, r.provider) for r in self.leases.live_replicas(now)]
         if self.me not in live:
             live.append(self.me)
         all_leases = self.leases.all()
         changed = False
+        takes: dict[str, tuple[ClusterRef, str | None]] = {}
         refs = self.leases.clusters()
         for cluster in refs:
             cid = cluster.cluster_id
@@ -160,8 +174,9 @@ class Ownership:
                 self._free_since.pop(cid, None)
                 continue
             first_free = self._free_since.setdefault(cid, started)
-            if best == self.owner or started - first_free >= self.lease_seconds:
-                changed |= self._take(cluster, now, until, deadline, home)
+            if (best == self.owner or started - first_free >= self.lease_seconds) and len(takes) < MAX_TAKES:
+                takes[cid] = (cluster, home)
+        changed |= self._take(takes)
         gone = set(self.held) - {c.cluster_id for c in refs}
         for cid in gone:
             with self._lock:
@@ -188,17 +203,22 @@ class Ownership:
                     metrics.LEASE_CHANGES.labels("lost").inc()
                     log.warning("lost the lease of cluster %s (another server took it over)", cid)
 
-    def _take(self, cluster: ClusterRef, now: float, until: float, deadline: float, home: str | None) -> bool:
-        epoch = self.leases.acquire(cluster.cluster_id, self.owner, now=now, until=until,
-                                    machine=self.me.machine, home=home)
-        if epoch is None:
+    def _take(self, takes: dict[str, tuple[ClusterRef, str | None]]) -> bool:
+        """Takes the free leases of ``takes`` in one transaction, each for a whole lease period from now (not
+        from the pass's start); whether any was taken."""
+        if not takes:
             return False
+        now, deadline = self.clock.now(), time.monotonic() + self.lease_seconds
+        got = self.leases.acquire_many({cid: home for cid, (_c, home) in takes.items()}, self.owner, now=now,
+                                       until=now + self.lease_seconds, machine=self.me.machine)
         with self._lock:
-            self.held[cluster.cluster_id] = Held(epoch, deadline)
-        self._free_since.pop(cluster.cluster_id, None)
-        metrics.LEASE_CHANGES.labels("acquired").inc()
-        log.info("took the lease of cluster %s (%s), epoch %d", cluster.name, cluster.cluster_id, epoch)
-        return True
+            for cid, epoch in got.items():
+                self.held[cid] = Held(epoch, deadline)
+        for cid, epoch in got.items():
+            self._free_since.pop(cid, None)
+            metrics.LEASE_CHANGES.labels("acquired").inc()
+            log.info("took the lease of cluster %s (%s), epoch %d", takes[cid][0].name, cid, epoch)
+        return bool(got)
 
     def _hand_back(self, cluster_id: str, to: str | None) -> bool:
         with self._lock:

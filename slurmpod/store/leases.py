@@ -17,9 +17,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from sqlalchemy import Engine, and_, bindparam, delete, insert, or_, select, update
+from sqlalchemy import (
+    Engine,
+    Float,
+    Integer,
+    String,
+    and_,
+    bindparam,
+    delete,
+    false,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -149,6 +163,48 @@ class LeaseStore:
             except IntegrityError:
                 return None  # another server inserted it first
             return 1
+
+    def acquire_many(self, homes: dict[str, str | None], owner: str, *, now: float, until: float,
+                     machine: str) -> dict[str, int]:
+        """``acquire`` of every cluster of ``homes`` (cluster id -> the machine a first lease pins it to) in one
+        transaction: free leases taken in one UPDATE, first leases inserted (``ON CONFLICT DO NOTHING``: a server
+        inserting the same one first wins it) for clusters that still exist. Returns the new epochs of those
+        taken (one transaction each cost up to six round trips: 500 new clusters took a pass longer than a lease).
+        """
+        if not homes:
+            return {}
+        ids = sorted(homes)  # rows locked in one order by every server (no deadlock between two takers)
+        with self._begin() as conn:
+            rows = conn.execute(
+                update(leases)
+                .where(and_(leases.c.cluster_id.in_(ids),
+                            or_(leases.c.expires <= now, leases.c.released.is_(True)),
+                            or_(leases.c.machine.is_(None), leases.c.machine == machine)))
+                .values(owner=owner, expires=until, released=False, epoch=leases.c.epoch + 1)
+                .returning(leases.c.cluster_id, leases.c.epoch))
+            got = {r[0]: int(r[1]) for r in rows}
+            rest = [c for c in ids if c not in got]
+            if rest:
+                have = set(conn.execute(select(leases.c.cluster_id).where(leases.c.cluster_id.in_(rest))).scalars())
+                by_home: dict[str | None, list[str]] = {}
+                for c in rest:
+                    if c not in have:
+                        by_home.setdefault(homes[c], []).append(c)
+                for home, cids in by_home.items():
+                    got.update({r[0]: 1 for r in conn.execute(self._insert_first(cids, owner, until, home))})
+            return got
+
+    def _insert_first(self, cluster_ids: list[str], owner: str, until: float, home: str | None) -> Any:
+        """INSERT … SELECT of first leases (epoch 1) for those of ``cluster_ids`` that exist, skipping conflicts."""
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        dialect_insert = postgresql.insert if self._postgres else sqlite.insert
+        source = select(clusters.c.cluster_id, literal(owner, String), literal(until, Float), false(),
+                        literal(1, Integer), literal(home, String)).where(clusters.c.cluster_id.in_(cluster_ids)
+                                                                   ).order_by(clusters.c.cluster_id)
+        return (dialect_insert(leases)
+                .from_select(["cluster_id", "owner", "expires", "released", "epoch", "machine"], source)
+                .on_conflict_do_nothing(index_elements=["cluster_id"]).returning(leases.c.cluster_id))
 
     def renew(self, owner: str, until: float, held: dict[str, int]) -> dict[str, int]:
         """Extends the leases of ``held`` (cluster id -> epoch) ``owner`` still holds at that epoch; returns them."""

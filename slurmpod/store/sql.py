@@ -188,7 +188,7 @@ class SqlStore:
         if region is not None:
             q = q.where(clusters.c.region == region)
         with self.engine.connect() as conn:
-            return [cluster_from_row(r) for r in conn.execute(q)]
+            return [rec for r in conn.execute(q) if (rec := self._parsed(r)) is not None]
 
     def cluster_ids(self) -> list[str]:
         with self.engine.connect() as conn:

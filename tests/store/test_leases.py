@@ -134,3 +134,43 @@ def test_schema_has_lease_columns(store: SqlStore) -> None:
     cols = {c["name"] for c in sa.inspect(store.engine).get_columns("leases")}
     assert {"cluster_id", "owner", "expires", "released", "epoch", "machine"} <= cols
     assert "replicas" in sa.inspect(store.engine).get_table_names()
+
+
+def test_acquire_many_in_one_transaction(store: SqlStore) -> None:
+    ids = [f"abcdefghij{i:02d}" for i in range(6)]
+    for i, cid in enumerate(ids[:5]):
+        store.create_cluster(make_cluster(cid, f"c{i}"))
+    leases = store.leases
+    assert leases.acquire(ids[0], "other", now=0.0, until=100.0, machine="m1", home=None) == 1  # held
+    assert leases.acquire(ids[1], "other", now=0.0, until=5.0, machine="m1", home=None) == 1  # expires at 5
+    assert leases.acquire(ids[2], "other", now=0.0, until=100.0, machine="m2", home="m2") == 1
+    leases.release("other", ids[2], 1)  # free, but pinned to m2
+    homes: dict[str, str | None] = {cid: "m1" for cid in ids}  # ids[5] was never created (or was deleted)
+    got = leases.acquire_many(homes, "me", now=10.0, until=20.0, machine="m1")
+    assert got == {ids[1]: 2, ids[3]: 1, ids[4]: 1}
+    rows = leases.all()
+    assert rows[ids[0]].owner == "other" and rows[ids[2]].owner == "other" and ids[5] not in rows
+    assert rows[ids[3]].machine == "m1" and rows[ids[3]].expires == 20.0 and not rows[ids[3]].released
+    assert leases.acquire_many(homes, "third", now=11.0, until=21.0, machine="m1") == {}  # nothing free now
+
+
+def test_acquire_many_concurrent_takers_each_lease_once(store: SqlStore) -> None:
+    ids = [f"abcdefghij{i:02d}" for i in range(10)]
+    for i, cid in enumerate(ids):
+        store.create_cluster(make_cluster(cid, f"c{i}"))
+    won: dict[str, list[str]] = {}
+    lock = threading.Lock()
+
+    def take(owner: str) -> None:
+        got = store.leases.acquire_many(dict.fromkeys(ids), owner, now=0.0, until=10.0, machine="m")
+        with lock:
+            for cid in got:
+                won.setdefault(cid, []).append(owner)
+
+    threads = [threading.Thread(target=take, args=(f"r{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won) == ids and all(len(owners) == 1 for owners in won.values())
+    assert {cid: lease.owner for cid, lease in store.leases.all().items()} == {c: o[0] for c, o in won.items()}

@@ -68,6 +68,9 @@ class SimulatedProvider:
         self._lock = threading.Lock()
         self._defer = threading.local()  # .on: this thread's fsyncs wait for the end of ``deferred_sync``
         self.instances: dict[str, ProviderInstance] = {}
+        # cluster id -> its instance ids in launch order: list_instances (the health monitor asks per cluster) read
+        # every instance of every cluster, 500 clusters x 20,000 instances per health round at scale
+        self._of_cluster: dict[str, dict[str, None]] = {}
         self.types: dict[str, str] = {}
         self.launch_counts: dict[str, int] = {}
         self._launching: dict[str, str] = {}
@@ -82,12 +85,25 @@ class SimulatedProvider:
             parts = line.split()
             if len(parts) >= 2 and parts[0] == "launch":
                 _, cid, iid, group, ip, itype = parts[:6]
-                self.instances[iid] = ProviderInstance(cid, iid, group, ip, hostname_for_ip(ip), True)
+                self._add(ProviderInstance(cid, iid, group, ip, hostname_for_ip(ip), True))
                 self.types[iid] = itype
                 self.launch_counts[iid] = self.launch_counts.get(iid, 0) + 1
                 self._next_ip = max(self._next_ip, int(ipaddress.IPv4Address(ip)) + 1)
             elif len(parts) >= 2 and parts[0] == "terminate":
-                self.instances.pop(parts[1], None)
+                self._drop(parts[1])
+
+    def _add(self, inst: ProviderInstance) -> None:
+        self.instances[inst.instance_id] = inst
+        self._of_cluster.setdefault(inst.cluster_id, {})[inst.instance_id] = None
+
+    def _drop(self, instance_id: str) -> ProviderInstance | None:
+        inst = self.instances.pop(instance_id, None)
+        if inst is not None:
+            ids = self._of_cluster.get(inst.cluster_id, {})
+            ids.pop(instance_id, None)
+            if not ids:
+                self._of_cluster.pop(inst.cluster_id, None)
+        return inst
 
     def _append(self, line: str) -> None:
         """Written under ``_lock`` (the caller holds it); the file stays open between calls. Durable only
@@ -152,7 +168,7 @@ class SimulatedProvider:
             r = request
             inst = ProviderInstance(r.cluster_id, r.instance_id, r.group, ip, hostname_for_ip(ip), True)
             self._append(f"launch {r.cluster_id} {r.instance_id} {r.group} {ip} {r.instance_type}")
-            self.instances[request.instance_id] = inst
+            self._add(inst)
             self.types[request.instance_id] = request.instance_type
             self.launch_counts[request.instance_id] = self.launch_counts.get(request.instance_id, 0) + 1
         self._sync()  # durable before the instance is handed out, outside the lock
@@ -162,7 +178,7 @@ class SimulatedProvider:
         if self.terminate_delay:
             time.sleep(self.terminate_delay)
         with self._lock:
-            if self.instances.pop(instance_id, None) is not None:
+            if self._drop(instance_id) is not None:
                 self._append(f"terminate {instance_id}")
         self._sync()
 
@@ -174,7 +190,7 @@ class SimulatedProvider:
 
     def list_instances(self, cluster_id: str) -> list[ProviderInstance]:
         with self._lock:
-            return [i for i in self.instances.values() if i.cluster_id == cluster_id]
+            return [self.instances[i] for i in self._of_cluster.get(cluster_id, ())]
 
     def runner(self, cluster_id: str, instance_id: str) -> SimulatedRunner:
         return SimulatedRunner()
