@@ -26,7 +26,7 @@ from bench.jobs import JOB_TIMEOUT, PROBE_ARGV, ProbeResult, parse_probe
 from slurmpod import ids
 from slurmpod.domain.catalog import instance_type_info, slurm_resources
 from slurmpod.lifecycle.images import BUILTIN, Image
-from slurmpod.lifecycle.imagestore import ImageStore
+from slurmpod.lifecycle.imagestore import PRIMARY_SUITE, ImageStore
 from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
 from slurmpod.providers.base import InstanceRequest, ProviderInstance, VolumeMount
 from slurmpod.providers.local.provider import LocalProvider
@@ -42,7 +42,7 @@ MAX_PARALLEL = 8  # launches / slurmd starts at once: slurmpod server's default 
 # the same volumes SlurmRuntime gives its nodes (slurm_runtime.STATE_VOLUME / HOME_VOLUME)
 STATE_VOLUME = VolumeMount("slurm-state", "/var/lib/slurm/slurmctld")
 HOME_VOLUME = VolumeMount("home", "/home")
-SUITE = "bookworm"
+SUITE = PRIMARY_SUITE  # the default image's suite
 IMAGE_CHOICES = ("default", "builtin")  # or an ami-id of the image store
 
 

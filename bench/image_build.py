@@ -1,4 +1,4 @@
-"""Scenario 6, image build: ``slurmpod images build`` of the default bookworm image with a warm apt cache.
+"""Scenario 6, image build: ``slurmpod images build`` of the default (trixie) image with a warm apt cache.
 
 Builds go through the same code as the CLI (``build_image``: mmdebstrap, the node layer, the digest, the
 atomic move) into a temporary image store, reusing the host-wide apt download cache that ``scripts/install.sh``
@@ -19,13 +19,13 @@ from typing import Any
 
 from bench.stats import figure, summary
 from slurmpod.lifecycle.imagebuild import DEFAULT_CACHE, BuildRequest, build_image
-from slurmpod.lifecycle.imagestore import ImageStore, Manifest
+from slurmpod.lifecycle.imagestore import PRIMARY_SUITE, ImageStore, Manifest
 
 NAME = "image_build"
 DESCRIPTION = ("`slurmpod images build` (mmdebstrap --variant=apt + the slurmpod node layer + digest) of the "
-               "default bookworm image with the apt download cache warm; seconds per build, image size on disk")
+               "default (trixie) image with the apt download cache warm; seconds per build, image size on disk")
 TARGET_WARM = 60.0
-SUITE = "bookworm"
+SUITE = PRIMARY_SUITE  # the default image's suite
 
 Progress = Callable[[str], None]
 
