@@ -242,12 +242,16 @@ class ServerProcess:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}; see {self.log}")
             try:
-                if requests.get(f"{self.endpoint}/healthz", timeout=1).status_code == 200:
+                if self._answers():
                     return
             except requests.RequestException:
                 pass
             time.sleep(0.05)
         raise TimeoutError(f"server on port {self.port} did not answer /healthz")
+
+    def _answers(self) -> bool:
+        """This process is up (subclasses: the right one of several on a shared port)."""
+        return requests.get(f"{self.endpoint}/healthz", timeout=1).status_code == 200
 
     def kill9(self) -> None:
         if self.proc and self.proc.poll() is None:

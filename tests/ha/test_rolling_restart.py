@@ -33,19 +33,9 @@ class SharedPortServer(ServerProcess):
         super().__init__(state, port, "--reuse-port", "--replica-id", replica, *extra)
         self.replica = replica
 
-    def _wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}; see {self.log}")
-            try:
-                r = requests.get(f"{self.endpoint}/readyz", timeout=1)
-                if r.status_code == 200 and r.json().get("replica") == self.replica:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.02)
-        raise TimeoutError(f"replica {self.replica} did not answer /readyz on port {self.port}")
+    def _answers(self) -> bool:
+        r = requests.get(f"{self.endpoint}/readyz", timeout=1)
+        return r.status_code == 200 and r.json().get("replica") == self.replica
 
     def terminate(self) -> None:
         assert self.proc is not None
