@@ -48,14 +48,27 @@ def _check_summary(s: dict, *, target: bool = False) -> None:
     assert all(x > 0 for x in s["samples"])
 
 
+def _cleanup_state_dirs(root: Path) -> None:
+    """``slurmpod cleanup`` for every state dir (slurmpod's or the floor's) a bench left below ``root``."""
+    from slurmpod.providers.local.cleanup import cleanup, find_leftovers
+
+    for local in (p for pattern in ("*/local", "*/*/local", "*/*/*/local") for p in root.glob(pattern)):
+        state = local.parent
+        if local.is_dir() and find_leftovers(state):
+            cleanup(state)
+
+
 @pytest.mark.integration
 def test_bench_quick_writes_results(tmp_path: Path) -> None:
     reason = _local_ok()
     if reason:
         pytest.skip(reason)
     out = tmp_path / "results.json"
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out), "--workdir", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out), "--workdir",
+                               str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    finally:  # a bench killed by the timeout never reaches its own teardown: nothing it booted may stay running
+        _cleanup_state_dirs(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     datetime.fromisoformat(doc["date"])
