@@ -20,16 +20,20 @@ they need the cluster's name, which an image does not know.
 
 from __future__ import annotations
 
+import secrets
+import shlex
 import subprocess
 from pathlib import Path
 
 from slurmpod.lifecycle.rootfs import RootfsError
-from slurmpod.slurm.accounting import MARIADB_TEMPLATE, STORAGE_LOC, STORAGE_USER
+from slurmpod.slurm import accounting as acct
 
 #: the whole preparation (MariaDB's start, slurmdbd's tables, both stops) on a busy 2-core machine is ~3-10 s
 PREPARE_TIMEOUT = 300.0
 #: a mark in the template: the schema is there (``prepare_schema`` is idempotent on a tree that has it)
 SCHEMA_MARK = ".slurmpod-schema"
+#: where Debian sid's MariaDB 11.8 (server and libmariadb) keeps its socket
+MARIADBD_RUN_DIR = "/run/mariadbd"
 
 # outside the chroot, in the new namespaces: the mounts the daemons need, then the image's bash on stdin's script
 _OUTER = """set -eu
@@ -42,61 +46,59 @@ mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
 exec chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin /bin/bash -s
 """
 
-_INNER = f"""set -eu
-T={MARIADB_TEMPLATE}
-SOCK=/run/mysqld/mysqld.sock
-sql() {{ mariadb --no-defaults --protocol=socket --socket=$SOCK --user=root --batch; }}
-install -d -o mysql -g mysql /run/mysqld /run/mariadbd
+#: the preparation's own files: tmpfs, gone with the namespace
+_DBD_DIR, _MUNGE_DIR = "/run/prep-dbd", "/run/prep-munge"
+
+
+def _inner_script(password: str) -> str:
+    """The script the image's bash runs (on stdin, so the throwaway password is in no argv): munged with a
+    throwaway key, MariaDB on the template, the slurm user (``slurm_user_sql``), slurmdbd with a conf of its own
+    (``render_slurmdbd_conf``), then everything stopped and the user dropped."""
+    sql = shlex.join(acct.client_argv())
+    conf = acct.render_slurmdbd_conf(acct.DBD_HOST, password, log_file=f"{_DBD_DIR}/slurmdbd.log",
+                                     pid_file=f"{_DBD_DIR}/slurmdbd.pid")
+    return f"""set -eu
+T={acct.MARIADB_TEMPLATE}
+SOCK={acct.MYSQL_SOCKET}
+install -d -o mysql -g mysql {acct.MYSQL_RUN_DIR} {MARIADBD_RUN_DIR}
 # MariaDB 11.8 of Debian sid: libmariadb (slurmdbd's) looks for the socket in /run/mariadbd
-ln -s $SOCK /run/mariadbd/mysqld.sock
+ln -s $SOCK {MARIADBD_RUN_DIR}/mysqld.sock
 install -d -o munge -g munge -m 0755 /run/munge
-install -d -o munge -g munge -m 0700 /run/prep-munge
-install -d -o slurm -g slurm -m 0700 /run/prep-dbd
-head -c 1024 /dev/urandom > /run/prep-munge/key
-chown munge:munge /run/prep-munge/key
-chmod 0400 /run/prep-munge/key
-runuser -u munge -- /usr/sbin/munged --key-file=/run/prep-munge/key --seed-file=/run/prep-munge/seed \\
-  --log-file=/run/prep-munge/log --pid-file=/run/prep-munge/pid --socket=/run/munge/munge.socket.2
-/usr/sbin/mariadbd --user=mysql --datadir=$T --socket=$SOCK --pid-file=/run/mysqld/prep.pid \\
-  --skip-networking --log-error=/run/mysqld/error.log --innodb-buffer-pool-size=32M &
+install -d -o munge -g munge -m 0700 {_MUNGE_DIR}
+install -d -o slurm -g slurm -m 0700 {_DBD_DIR}
+head -c 1024 /dev/urandom > {_MUNGE_DIR}/key
+chown munge:munge {_MUNGE_DIR}/key
+chmod 0400 {_MUNGE_DIR}/key
+runuser -u munge -- /usr/sbin/munged --key-file={_MUNGE_DIR}/key --seed-file={_MUNGE_DIR}/seed \\
+  --log-file={_MUNGE_DIR}/log --pid-file={_MUNGE_DIR}/pid --socket=/run/munge/munge.socket.2
+/usr/sbin/mariadbd --user=mysql --datadir=$T --socket=$SOCK --pid-file={acct.MYSQL_RUN_DIR}/prep.pid \\
+  --skip-networking --log-error={acct.MYSQL_RUN_DIR}/error.log --innodb-buffer-pool-size=32M &
 db=$!
-until echo "SELECT 1;" | sql >/dev/null 2>&1; do
-  kill -0 $db 2>/dev/null || {{ echo "mariadbd exited:"; tail -n 15 /run/mysqld/error.log; exit 1; }}
+until echo "SELECT 1;" | {sql} >/dev/null 2>&1; do
+  kill -0 $db 2>/dev/null || {{ echo "mariadbd exited:"; tail -n 15 {acct.MYSQL_RUN_DIR}/error.log; exit 1; }}
   sleep 0.05
 done
-pass=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')
-printf "%s\\n" "CREATE OR REPLACE USER '{STORAGE_USER}'@'localhost' IDENTIFIED BY '$pass';" \\
-  "GRANT ALL ON \\`{STORAGE_LOC}\\`.* TO '{STORAGE_USER}'@'localhost';" | sql
-cat > /run/prep-dbd/slurmdbd.conf <<CONF
-AuthType=auth/munge
-DbdHost=localhost
-SlurmUser=slurm
-DebugLevel=info
-LogFile=/run/prep-dbd/slurmdbd.log
-PidFile=/run/prep-dbd/slurmdbd.pid
-StorageType=accounting_storage/mysql
-StorageHost=localhost
-StorageUser={STORAGE_USER}
-StoragePass=$pass
-StorageLoc={STORAGE_LOC}
-CONF
-chown slurm:slurm /run/prep-dbd/slurmdbd.conf
-chmod 0600 /run/prep-dbd/slurmdbd.conf
+{sql} <<'SQL'
+{acct.slurm_user_sql(password).decode()}SQL
+cat > {_DBD_DIR}/slurmdbd.conf <<'CONF'
+{conf}CONF
+chown slurm:slurm {_DBD_DIR}/slurmdbd.conf
+chmod 0600 {_DBD_DIR}/slurmdbd.conf
 for attempt in 1 2; do
-  SLURM_CONF=/run/prep-dbd/slurm.conf /usr/sbin/slurmdbd -D >/run/prep-dbd/stdout 2>&1 &
+  SLURM_CONF={_DBD_DIR}/slurm.conf /usr/sbin/slurmdbd -D >{_DBD_DIR}/stdout 2>&1 &
   dbd=$!
-  until grep -q "slurmdbd version .* started" /run/prep-dbd/slurmdbd.log 2>/dev/null; do
+  until grep -q "slurmdbd version .* started" {_DBD_DIR}/slurmdbd.log 2>/dev/null; do
     kill -0 $dbd 2>/dev/null || break
     sleep 0.05
   done
   kill -0 $dbd 2>/dev/null && break
   # 24.11 with MariaDB 11.8: the start that creates the database dies in its next query; the second one works
-  [ $attempt = 1 ] || {{ echo "slurmdbd exited:"; tail -n 15 /run/prep-dbd/slurmdbd.log; exit 1; }}
+  [ $attempt = 1 ] || {{ echo "slurmdbd exited:"; tail -n 15 {_DBD_DIR}/slurmdbd.log; exit 1; }}
 done
 kill -TERM $dbd
 wait $dbd || true
-echo "DROP USER '{STORAGE_USER}'@'localhost';" | sql
-tables=$(echo "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema='{STORAGE_LOC}';" | sql | tail -n 1)
+echo "DROP USER '{acct.STORAGE_USER}'@'localhost';" | {sql}
+tables=$(echo "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema='{acct.STORAGE_LOC}';" | {sql})
 mariadb-admin --no-defaults --socket=$SOCK --user=root shutdown
 wait $db || true
 [ "$tables" -gt 0 ] || {{ echo "slurmdbd created no tables"; exit 1; }}
@@ -108,7 +110,7 @@ echo "tables=$tables"
 def prepare_schema(root: Path, *, timeout: float = PREPARE_TIMEOUT) -> int:
     """Creates slurmdbd's tables in the tree's MariaDB template (see the module doc); the number of tables, 0 when
     the image has no template or no slurmdbd (nothing done). Raises ``RootfsError`` naming what failed."""
-    template = root / MARIADB_TEMPLATE.lstrip("/")
+    template = root / acct.MARIADB_TEMPLATE.lstrip("/")
     if not (template / "mysql").is_dir() or not (root / "usr/sbin/slurmdbd").exists():
         return 0
     mark = template / SCHEMA_MARK
@@ -117,7 +119,7 @@ def prepare_schema(root: Path, *, timeout: float = PREPARE_TIMEOUT) -> int:
     argv = ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--propagation", "private", "--",
             "bash", "-c", _OUTER, "prepare-schema", str(root)]
     try:
-        done = subprocess.run(argv, input=_INNER, capture_output=True, text=True,  # noqa: S603
+        done = subprocess.run(argv, input=_inner_script(secrets.token_hex(16)), capture_output=True, text=True,  # noqa: S603
                               timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
         raise RootfsError(f"preparing slurmdbd's schema in the image took over {timeout:.0f} s") from exc

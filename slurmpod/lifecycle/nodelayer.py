@@ -33,7 +33,7 @@ from importlib import resources
 from pathlib import Path
 
 from slurmpod.domain.slurm_release import SlurmRelease, major_of
-from slurmpod.lifecycle.acctschema import prepare_schema
+from slurmpod.lifecycle.acctschema import MARIADBD_RUN_DIR, prepare_schema
 from slurmpod.lifecycle.rootfs import RootfsError, dpkg_versions, resolve_in_root
 from slurmpod.slurm.accounting import MARIADB_TEMPLATE
 from slurmpod.slurm.units import PLACEHOLDER, SLURMD_ENV
@@ -93,7 +93,6 @@ MARIADB_CNF_NO_SNAPSHOT = "innodb_snapshot_isolation=OFF\n"
 LAST_SLURM_WITH_SNAPSHOTS = SlurmRelease(24, 11)
 #: MariaDB 11.8 (Debian sid) moved its socket from /run/mysqld to /run/mariadbd (server and libmariadb alike, so
 #: slurmdbd follows it): slurmpod's own client (``slurm.accounting.MYSQL_SOCKET``) reaches it through a link
-MARIADBD_RUN = "/run/mariadbd"
 MYSQLD_SOCKET_LINK = ("# slurmpod: the accounting host's MariaDB socket at its classic path too\n"
                       "d /run/mysqld 0755 mysql root -\nL /run/mysqld/mysqld.sock - - - - /run/mariadbd/mysqld.sock\n")
 MUNGE_DROPIN = "# slurmpod: munged comes back when it dies (the stock unit only restarts on abort)\n" \
@@ -266,7 +265,7 @@ def slurm_units(root: Path) -> None:
         _write(root / "etc/mysql/mariadb.conf.d/60-slurmpod.cnf",
                MARIADB_CNF + (MARIADB_CNF_NO_SNAPSHOT if no_snapshots else ""))
         tmpfiles = root / "usr/lib/tmpfiles.d/mariadb.conf"
-        if tmpfiles.is_file() and f"d {MARIADBD_RUN} " in tmpfiles.read_text():
+        if tmpfiles.is_file() and f"d {MARIADBD_RUN_DIR} " in tmpfiles.read_text():
             _write(root / "etc/tmpfiles.d/slurmpod-mysqld.conf", MYSQLD_SOCKET_LINK)
         mariadb_template(root)
         prepare_schema(root)  # slurmdbd's tables in the template: once per image, not per cluster

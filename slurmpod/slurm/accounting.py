@@ -89,6 +89,8 @@ def render_slurmdbd_conf(
     storage_port: int = MYSQL_PORT,
     storage_user: str = STORAGE_USER,
     storage_loc: str = STORAGE_LOC,
+    log_file: str = SLURMDBD_LOG_FILE,
+    pid_file: str = SLURMDBD_PID_FILE,
 ) -> str:
     """slurmdbd.conf (install it 0600 slurm:slurm). ``dbd_host`` = the short hostname of the node that runs
     slurmdbd. ``storage_host=localhost`` makes libmariadb use the node's socket ``/run/mysqld/mysqld.sock``."""
@@ -107,8 +109,8 @@ def render_slurmdbd_conf(
         f"DbdPort={dbd_port}",
         "SlurmUser=slurm",
         "DebugLevel=info",
-        f"LogFile={SLURMDBD_LOG_FILE}",
-        f"PidFile={SLURMDBD_PID_FILE}",
+        f"LogFile={log_file}",
+        f"PidFile={pid_file}",
         "StorageType=accounting_storage/mysql",
         f"StorageHost={storage_host}",
         f"StoragePort={storage_port}",

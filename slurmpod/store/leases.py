@@ -141,28 +141,9 @@ class LeaseStore:
     def acquire(self, cluster_id: str, owner: str, *, now: float, until: float, machine: str,
                 home: str | None) -> int | None:
         """Takes the lease of ``cluster_id`` if it is free and ``machine`` may own it (the row's machine is None or
-        ``machine``); a first lease records ``home``. Returns the new epoch, or None when not taken."""
-        with self._begin() as conn:
-            row = conn.execute(
-                update(leases)
-                .where(and_(leases.c.cluster_id == cluster_id,
-                            or_(leases.c.expires <= now, leases.c.released.is_(True)),
-                            or_(leases.c.machine.is_(None), leases.c.machine == machine)))
-                .values(owner=owner, expires=until, released=False, epoch=leases.c.epoch + 1)
-                .returning(leases.c.epoch)).first()
-            if row is not None:
-                return int(row[0])
-            if conn.execute(select(leases.c.epoch).where(leases.c.cluster_id == cluster_id)).first() is not None:
-                return None  # held by someone, or pinned to another machine
-            if conn.execute(select(clusters.c.cluster_id).where(clusters.c.cluster_id == cluster_id)).first() is None:
-                return None  # deleted meanwhile
-            try:
-                with conn.begin_nested():
-                    conn.execute(insert(leases).values(cluster_id=cluster_id, owner=owner, expires=until,
-                                                       released=False, epoch=1, machine=home))
-            except IntegrityError:
-                return None  # another server inserted it first
-            return 1
+        ``machine``); a first lease records ``home``. Returns the new epoch, or None when not taken (held, pinned
+        to another machine, the cluster deleted, or another server inserted it first): ``acquire_many`` of one."""
+        return self.acquire_many({cluster_id: home}, owner, now=now, until=until, machine=machine).get(cluster_id)
 
     def acquire_many(self, homes: dict[str, str | None], owner: str, *, now: float, until: float,
                      machine: str) -> dict[str, int]:

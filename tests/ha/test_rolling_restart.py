@@ -16,6 +16,7 @@ import pytest
 import requests
 from botocore.config import Config
 
+from tests.ha.conftest import running
 from tests.ha.test_two_servers_pg import _grow
 from tests.serverproc import ServerProcess, free_port, seed_groups, wait_status
 
@@ -51,13 +52,8 @@ def shared(tmp_path: Path, fresh_pg_url: str) -> Iterator[list[SharedPortServer]
     port = free_port()
     servers = [SharedPortServer(tmp_path / "state", port, f"r{i}", "--provider", "simulated", "--db", fresh_pg_url,
                                 "--lease-seconds", str(LEASE)) for i in (1, 2)]
-    try:
-        for s in servers:
-            s.start()
-        yield servers
-    finally:
-        for s in servers:
-            s.stop()
+    with running(servers) as started:
+        yield started
 
 
 def std_client(srv: ServerProcess) -> Any:

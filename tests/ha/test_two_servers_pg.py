@@ -16,6 +16,7 @@ import pytest
 import requests
 from botocore.config import Config
 
+from tests.ha.conftest import running
 from tests.serverproc import ServerProcess, free_port, seed_groups, wait_status
 
 pytestmark = pytest.mark.postgres
@@ -32,13 +33,8 @@ def _servers(state: Path, db: str, *extra: str) -> list[ServerProcess]:
 def pair(tmp_path: Path, fresh_pg_url: str, request: pytest.FixtureRequest) -> Iterator[list[ServerProcess]]:
     extra: tuple[str, ...] = getattr(request, "param", ())
     servers = _servers(tmp_path / "state", fresh_pg_url, *extra)
-    try:
-        for s in servers:
-            s.start()
-        yield servers
-    finally:
-        for s in servers:
-            s.stop()
+    with running(servers) as started:
+        yield started
 
 
 def owned(srv: ServerProcess) -> list[str]:

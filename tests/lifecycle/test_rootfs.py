@@ -324,12 +324,18 @@ def test_node_layer_refuses_a_foreign_uid_1000(tmp_path: Path) -> None:
         nodelayer.ubuntu_user(root, FakeChroot(root))
 
 
-@pytest.mark.parametrize(("run_dir", "linked"), [("/run/mysqld", False), ("/run/mariadbd", True)])
-def test_mariadb_socket_link_only_where_mariadb_moved_it(tmp_path: Path, run_dir: str, linked: bool) -> None:
-    """MariaDB 11.8 (sid) makes /run/mariadbd; bookworm's and trixie's /run/mysqld keep the layer unchanged."""
+def _mariadb_root(tmp_path: Path) -> Path:
+    """A fake image with MariaDB's server and config directory (the node layer's accounting part applies)."""
     root = fake_rootfs(tmp_path / "r")
     _exe(root / "usr/sbin/mariadbd")
     (root / "etc/mysql/mariadb.conf.d").mkdir(parents=True)
+    return root
+
+
+@pytest.mark.parametrize(("run_dir", "linked"), [("/run/mysqld", False), ("/run/mariadbd", True)])
+def test_mariadb_socket_link_only_where_mariadb_moved_it(tmp_path: Path, run_dir: str, linked: bool) -> None:
+    """MariaDB 11.8 (sid) makes /run/mariadbd; bookworm's and trixie's /run/mysqld keep the layer unchanged."""
+    root = _mariadb_root(tmp_path)
     (root / "usr/lib/tmpfiles.d").mkdir(parents=True)
     (root / "usr/lib/tmpfiles.d/mariadb.conf").write_text(f"# socket dir\nd {run_dir} 0755 mysql root -\n")
     nodelayer.slurm_units(root)
@@ -341,9 +347,7 @@ def test_mariadb_socket_link_only_where_mariadb_moved_it(tmp_path: Path, run_dir
 
 @pytest.mark.parametrize(("slurmdbd", "off"), [("24.11.5-4+deb13u1", False), ("26.05.5-1", True)])
 def test_snapshot_isolation_off_for_slurmdbd_after_24_11(tmp_path: Path, slurmdbd: str, off: bool) -> None:
-    root = fake_rootfs(tmp_path / "r")
-    _exe(root / "usr/sbin/mariadbd")
-    (root / "etc/mysql/mariadb.conf.d").mkdir(parents=True)
+    root = _mariadb_root(tmp_path)
     (root / "var/lib/dpkg").mkdir(parents=True)
     (root / "var/lib/dpkg/status").write_text(f"Package: slurmdbd\nStatus: install ok installed\nVersion: {slurmdbd}\n")
     nodelayer.slurm_units(root)
