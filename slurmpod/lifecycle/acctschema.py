@@ -99,7 +99,7 @@ kill -TERM $dbd
 wait $dbd || true
 echo "DROP USER '{acct.STORAGE_USER}'@'localhost';" | {sql}
 tables=$(echo "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema='{acct.STORAGE_LOC}';" | {sql})
-mariadb-admin --no-defaults --socket=$SOCK --user=root shutdown
+mariadb-admin --no-defaults --socket=$SOCK --user=root --skip-ssl shutdown
 wait $db || true
 [ "$tables" -gt 0 ] || {{ echo "slurmdbd created no tables"; exit 1; }}
 echo "$tables" > $T/{SCHEMA_MARK}

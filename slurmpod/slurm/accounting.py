@@ -133,13 +133,13 @@ def mariadbd_argv(datadir: str = MYSQL_DATADIR, *, buffer_pool: str = "128M") ->
             f"--socket={MYSQL_SOCKET}", f"--pid-file={MYSQL_PID_FILE}", "--bind-address=127.0.0.1",
             f"--port={MYSQL_PORT}", "--skip-name-resolve", f"--log-error={MYSQL_ERROR_LOG}",
             f"--innodb-buffer-pool-size={buffer_pool}", "--innodb-log-file-size=64M",
-            "--innodb-lock-wait-timeout=900"]
+            "--innodb-lock-wait-timeout=900", "--skip-ssl"]
 
 
 def client_argv() -> list[str]:
     """``mariadb`` as root over the node's socket (socket authentication: no password); SQL on stdin."""
     return ["mariadb", "--no-defaults", "--protocol=socket", f"--socket={MYSQL_SOCKET}", "--user=root",
-            "--batch", "--skip-column-names"]
+            "--skip-ssl", "--batch", "--skip-column-names"]
 
 
 def slurm_user_sql(password: str, *, user: str = STORAGE_USER, database: str = STORAGE_LOC) -> bytes:

@@ -163,7 +163,7 @@ def test_service_readopts_and_keeps_data(local_state: Path) -> None:
     cid, key = "acct" + secrets.token_hex(4), secrets.token_bytes(1024)
     svc = AccountingService(provider, local_state)
     iid = svc.instance_id(cid)
-    sql = ["mariadb", "--no-defaults", "--socket=/run/mysqld/mysqld.sock", "-uroot", "-N", "-B"]
+    sql = ["mariadb", "--no-defaults", "--socket=/run/mysqld/mysqld.sock", "-uroot", "--skip-ssl", "-N", "-B"]
     try:
         t0 = time.monotonic()
         cfg = svc.ensure(cid, "acct", key)
