@@ -16,7 +16,8 @@ export SLURMPOD_REQUIRE_POSTGRES=1
 # two workers (pytest-xdist), a test file per worker at a time: the real-Slurm tests mostly wait on daemons, so the
 # suite takes about half as long on this 2-core machine (each file's fixtures stay in one worker)
 XDIST=(-n "${SLURMPOD_TEST_WORKERS:-2}" --dist loadfile)
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider "${XDIST[@]}" "$@"
+# (--durations: the slowest tests are named in every run's log, so the suite's time can be watched)
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=25 "${XDIST[@]}" "$@"
 # The same Slurm tests (a representative set: running all of them twice would double the suite) on the other
 # Slurm release: nodes from the image store's bookworm image (Slurm 22.05) instead of the default (trixie, 24.11).
 # Only for a whole-suite run (no arguments).
@@ -24,7 +25,7 @@ if [ "$#" -eq 0 ]; then
   echo "== pytest, Slurm 22.05 nodes (SLURMPOD_NODE_IMAGE=bookworm)"
   # (the same careful primary start as the rolling update covers replacing both controllers; the containers file
   # keeps its srun, sbatch, bad-input and Docker tests: the pass stays near 8 minutes)
-  SLURMPOD_NODE_IMAGE=bookworm exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
+  SLURMPOD_NODE_IMAGE=bookworm exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=10 "${XDIST[@]}" \
     -k "not (replacing_both_controllers or gpus_are_visible_in_the_container or image_file_on_shared_storage \
 or named_container_workdir or slurm_native_container)" \
     tests/integration/test_systemd_nodes_local.py tests/integration/test_seed000_local.py \
