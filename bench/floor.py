@@ -31,7 +31,7 @@ from slurmpod.lifecycle.nodelayer import RECIPE_VERSION
 from slurmpod.providers.base import InstanceRequest, ProviderInstance, VolumeMount
 from slurmpod.providers.local.provider import LocalProvider
 from slurmpod.reconciler.accounting import AccountingService
-from slurmpod.slurm import control
+from slurmpod.slurm import admin, control
 from slurmpod.slurm.conf import SlurmTopology, render_cgroup_conf, render_slurm_conf
 
 INSTANCE_TYPE = "ml.t3.medium"
@@ -88,7 +88,7 @@ def _request(cluster_id: str, group: str, volumes: tuple[VolumeMount, ...], imag
     )
 
 
-def _wait_all_idle(ctl: control.SlurmControl, names: list[str], timeout: float = JOIN_TIMEOUT) -> None:
+def _wait_all_idle(ctl: admin.SlurmControl, names: list[str], timeout: float = JOIN_TIMEOUT) -> None:
     """Polls ``sinfo --json`` in the controller until every node is joined and IDLE."""
     deadline = time.monotonic() + timeout
     while True:
@@ -157,7 +157,7 @@ def run_floor(state_dir: Path, compute_count: int = 2, *, on_idle: Callable[[], 
             list(pool.map(slurmd, computes))
         mark("slurmd")
         names = [c.hostname for c in computes]
-        _wait_all_idle(control.SlurmControl(ctl_runner), names)
+        _wait_all_idle(admin.SlurmControl(ctl_runner), names)
         result.all_idle = time.monotonic() - t0
         mark("all_idle")
         if on_idle is not None:

@@ -93,7 +93,8 @@ MARIADB_CNF = ("# slurmpod: Slurm accounting (slurmdbd) settings\n[mysqld]\nskip
                "innodb_buffer_pool_size=128M\ninnodb_lock_wait_timeout=900\nskip-ssl\n"
                "innodb_buffer_pool_load_at_startup=OFF\ninnodb_buffer_pool_dump_at_shutdown=OFF\n"
                "innodb_temp_data_file_path=ibtmp1:1M:autoextend\n"
-               "# MariaDB >= 11.4's clients insist on TLS unless told the server has none\n[client-mariadb]\nskip-ssl\n")
+               "# MariaDB >= 11.4's clients insist on TLS unless told the server has none\n"
+               "[client-mariadb]\nskip-ssl\n")
 #: slurmdbd after 24.11 (26.05 tried) checks that MariaDB's innodb_snapshot_isolation (ON since MariaDB 11.6) is off:
 #: "not supported by Slurm and will cause slurmdbd to fatal when a write conflicts with a concurrent transaction"
 MARIADB_CNF_NO_SNAPSHOT = "innodb_snapshot_isolation=OFF\n"

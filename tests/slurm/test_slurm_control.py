@@ -10,8 +10,9 @@ import pytest
 
 from slurmpod.providers.base import CommandResult
 from slurmpod.slurm import control
+from slurmpod.slurm.admin import NODES_JSON, SlurmControl
 from slurmpod.slurm.conf import SlurmTopology, render_cgroup_conf, render_slurm_conf
-from slurmpod.slurm.control import SlurmControl, SlurmError
+from slurmpod.slurm.control import SlurmError
 
 SAMPLES = Path(__file__).with_name("samples")
 OK = CommandResult(0, "", "")
@@ -51,7 +52,7 @@ class FakeRunner:
         assert 0 < timeout <= 120
         if argv[:3] == ["sh", "-c", control._READ_PID]:
             return self._read_pid(argv[4], argv[5], timeout)
-        if argv == ["sh", "-c", control.NODES_JSON]:  # scontrol's JSON (Slurm >= 23.02), else sinfo's
+        if argv == ["sh", "-c", NODES_JSON]:  # scontrol's JSON (Slurm >= 23.02), else sinfo's
             res = self.run(["scontrol", "show", "nodes", "--json"], timeout=timeout)
             return res if res.returncode == 0 and res.stdout else self.run(["sinfo", "--json"], timeout=timeout)
         self.calls.append((list(argv), input, timeout))

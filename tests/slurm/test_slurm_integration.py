@@ -18,8 +18,8 @@ import pytest
 from ns_cluster import NsCluster
 
 from slurmpod.slurm import control
+from slurmpod.slurm.admin import SlurmControl
 from slurmpod.slurm.conf import SlurmTopology, render_cgroup_conf, render_slurm_conf
-from slurmpod.slurm.control import SlurmControl
 
 pytestmark = [
     pytest.mark.integration,

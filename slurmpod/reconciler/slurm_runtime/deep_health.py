@@ -33,7 +33,7 @@ from slurmpod.lifecycle.nodeprograms import BIN
 from slurmpod.providers.base import CommandRunner, ProviderError
 from slurmpod.reconciler.runtime import DeepHealthResult
 from slurmpod.reconciler.slurm_runtime import probes
-from slurmpod.slurm import control
+from slurmpod.slurm import admin, control
 from slurmpod.slurm.conf import SLURMD_PORT
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def release(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, nodes: S
     name = node.hostname
     if r is None or not name:
         return
-    ctl = control.SlurmControl(r)
+    ctl = admin.SlurmControl(r)
     with _lock(cluster.cluster_id):
         if not passed:
             try:

@@ -13,7 +13,7 @@ from slurmpod.providers.base import CommandRunner, ProviderError
 from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.plan import controller_slot
 from slurmpod.reconciler.runtime import NodeBootError
-from slurmpod.slurm import control
+from slurmpod.slurm import admin, control
 
 if TYPE_CHECKING:
     from slurmpod.reconciler.slurm_runtime.runtime import SlurmRuntime
@@ -33,12 +33,12 @@ def slurm_name(cluster: ClusterRecord, node: NodeRecord) -> str | None:
 
 
 def _control(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord]
-             ) -> tuple[str, control.SlurmControl] | None:
+             ) -> tuple[str, admin.SlurmControl] | None:
     name = slurm_name(cluster, node)
     primary = rt.primary(cluster, [n for n in nodes if n.instance_id != node.instance_id])
     if name is None or primary is None:
         return None
-    return name, control.SlurmControl(primary)
+    return name, admin.SlurmControl(primary)
 
 
 def drain(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, nodes: Sequence[NodeRecord],
@@ -114,7 +114,7 @@ def remove_node(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, node
 
 
 def _leave_slurm(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, name: str,
-                 ctl: control.SlurmControl) -> None:
+                 ctl: admin.SlurmControl) -> None:
     sn = ctl.node(name)
     if sn is None:
         return

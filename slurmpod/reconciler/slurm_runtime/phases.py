@@ -39,7 +39,7 @@ from slurmpod.providers.nodefiles import write_files
 from slurmpod.reconciler import headnodes
 from slurmpod.reconciler.runtime import NodeBootError
 from slurmpod.reconciler.slurm_runtime import gpus
-from slurmpod.slurm import control, units
+from slurmpod.slurm import admin, control, units
 from slurmpod.slurm.conf import (
     DEFAULT_STATE_SAVE_LOCATION,
     USER_SECTION_MARKER,
@@ -319,7 +319,7 @@ def joined(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: In
     if primary is None:
         raise NodeBootError("no controller is running", retryable=True)
     name = node.hostname or ""
-    done = control.SlurmControl(primary).wait_for_nodes([name], rt.join_timeout)
+    done = admin.SlurmControl(primary).wait_for_nodes([name], rt.join_timeout)
     if name not in done:
         tail = control.log_tail(r, "/var/log/slurm/slurmd.log")
         raise NodeBootError(f"node {name} did not join Slurm within {rt.join_timeout:.0f}s; slurmd log: {tail}")

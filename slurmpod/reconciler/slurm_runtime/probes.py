@@ -13,7 +13,7 @@ from slurmpod.domain.status import InstanceStatus
 from slurmpod.providers.base import ProviderError
 from slurmpod.reconciler.health import SlurmRequest
 from slurmpod.reconciler.slurm_runtime.membership import slurm_name
-from slurmpod.slurm import control
+from slurmpod.slurm import admin, control
 from slurmpod.slurm.state import SlurmNode
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def node_states(rt: SlurmRuntime, cluster: ClusterRecord, nodes: Sequence[NodeRe
     if primary is None:
         return {}
     try:
-        return {n.name: n for n in control.SlurmControl(primary).nodes()}
+        return {n.name: n for n in admin.SlurmControl(primary).nodes()}
     except (control.SlurmError, ProviderError):
         return {}
 
