@@ -36,6 +36,7 @@ class PhaseTiming:
     commands: int = 0
     command_seconds: float = 0.0
     slowest: list[tuple[float, str]] = field(default_factory=list)
+    every: list[tuple[float, float, str]] = field(default_factory=list)  # (start, seconds, argv) of each command
 
 
 class Recorder:
@@ -90,6 +91,7 @@ def _instrument(rec: Recorder) -> None:
                 row.commands += 1
                 row.command_seconds += dt
                 row.slowest = sorted([*row.slowest, (dt, " ".join(argv)[:60])], reverse=True)[:2]
+                row.every.append((t - rec.t0, dt, " ".join(argv)))
 
     SlurmRuntime.boot_step = timed_boot_step  # type: ignore[method-assign]
     AccountingService._ensure = timed_ensure  # type: ignore[method-assign]
@@ -182,13 +184,15 @@ def profile_once(workdir: Path | None = None, *, image: str | None = None, logs:
     return rec
 
 
-def render(rec: Recorder) -> str:
+def render(rec: Recorder, *, commands: bool = False) -> str:
     lines = [f"{'node':<22} {'group':<17} {'phase':<17} {'start':>6} {'end':>6} {'dur':>6} {'cmds':>4} "
              f"{'cmd s':>6}  slowest commands"]
     for r in sorted(rec.rows, key=lambda r: (r.start, r.node)):
         slow = "; ".join(f"{dt:.2f} {cmd}" for dt, cmd in r.slowest)
         lines.append(f"{r.node:<22} {r.group:<17} {r.phase:<17} {r.start:6.2f} {r.end:6.2f} {r.end - r.start:6.2f} "
                      f"{r.commands:4d} {r.command_seconds:6.2f}  {slow}")
+        if commands:
+            lines.extend(f"{'':<22} {start:6.2f} {dt:6.3f}  {cmd[:150]}" for start, dt, cmd in r.every)
     return "\n".join(lines)
 
 
@@ -201,8 +205,10 @@ def main() -> int:
                         "too; `builtin` is not an image of the store: use `slurmpod server --node-image builtin`)")
     p.add_argument("--logs", action="store_true", help="print slurmdbd's and slurmctld's logs before teardown")
     p.add_argument("--accounting", choices=("local", "none"), default="local")
+    p.add_argument("--commands", action="store_true", help="list every in-node command of each phase (start, seconds)")
     args = p.parse_args()
-    print(render(profile_once(args.workdir, image=args.image, logs=args.logs, accounting=args.accounting)))
+    print(render(profile_once(args.workdir, image=args.image, logs=args.logs, accounting=args.accounting),
+                 commands=args.commands))
     return 0
 
 

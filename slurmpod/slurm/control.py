@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from slurmpod.providers.base import CommandResult, CommandRunner, NodeFile
+from slurmpod.providers.nodefiles import write_files
 from slurmpod.slurm.conf import (
     DEFAULT_STATE_SAVE_LOCATION,
     SLURMCTLD_LOG_FILE,
@@ -266,17 +267,17 @@ def _hostname(runner: CommandRunner) -> str:
 
 
 def write_controller_conf(runner: CommandRunner, conf_text: str, cgroup_text: str) -> None:
-    """slurm.conf + cgroup.conf + plugstack.conf (+ gres.conf with GresTypes; served to slurmds by configless),
-    StateSaveLocation owned by slurm, log dir, and the /opt/slurm/etc link."""
-    ensure_dir(runner, "/etc/slurm")
-    ensure_dir(runner, "/var/log/slurm", 0o755, "slurm")
+    """slurm.conf + cgroup.conf + plugstack.conf + oci.conf (+ gres.conf with GresTypes; served to slurmds by
+    configless), StateSaveLocation owned by slurm, log dir, and the /opt/slurm/etc link. The directories and the
+    files slurmctld reads only when it starts go in one ``tar -x``; slurm.conf, which a running slurmctld may read
+    at any time, is replaced atomically (temp file + rename)."""
     state = conf_value(conf_text, "StateSaveLocation") or DEFAULT_STATE_SAVE_LOCATION
-    ensure_dir(runner, state, 0o755, "slurm")
-    write_file(runner, CGROUP_CONF, cgroup_text.encode(), 0o644)
-    write_file(runner, PLUGSTACK_CONF, PLUGSTACK.encode(), 0o644)
-    write_file(runner, OCI_CONF, OCI.encode(), 0o644)
+    files = [NodeFile(CGROUP_CONF, cgroup_text.encode(), 0o644), NodeFile(PLUGSTACK_CONF, PLUGSTACK.encode(), 0o644),
+             NodeFile(OCI_CONF, OCI.encode(), 0o644)]
     if conf_value(conf_text, "GresTypes"):  # configless serves it; each node's own lines are included
-        write_file(runner, GRES_CONF, render_gres_conf().encode(), 0o644)
+        files.append(NodeFile(GRES_CONF, render_gres_conf().encode(), 0o644))
+    write_files(runner, files, (("/etc/slurm", 0o755, "root"), ("/var/log/slurm", 0o755, "slurm"),
+                                (state, 0o755, "slurm")))
     write_file(runner, SLURM_CONF, conf_text.encode(), 0o644)
     link_opt_slurm_conf(runner, SLURM_CONF)
 

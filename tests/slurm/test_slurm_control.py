@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,10 +197,19 @@ def test_start_slurmctld() -> None:
     r, clock = _ctl_runner(), FakeClock()
     control.start_slurmctld(r, CONF, render_cgroup_conf(), sleep=clock.sleep, clock=clock)
     argvs = r.argvs()
-    assert ["install", "-d", "-m", "0755", "-o", "slurm", "-g", "slurm", "/var/lib/slurm/slurmctld"] in argvs
+    # the directories and the start-time confs in one tar; slurm.conf atomically (temp file + rename)
+    tars = [c for c in r.calls if c[0][:2] == ["tar", "-x"]]
+    assert len(tars) == 1 and tars[0][1] is not None
+    with tarfile.open(fileobj=io.BytesIO(tars[0][1])) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        state = members["var/lib/slurm/slurmctld"]
+        assert state.isdir() and (state.mode, state.uname) == (0o755, "slurm")
+        cgroup = tar.extractfile(members["etc/slurm/cgroup.conf"])
+        assert cgroup is not None and cgroup.read() == render_cgroup_conf().encode()
+        assert {"etc/slurm/plugstack.conf", "etc/slurm/oci.conf"} <= set(members)
+        assert "etc/slurm/slurm.conf" not in members
     written = {c[0][-1]: c[1] for c in r.calls if c[0][:2] == ["install", "-D"]}
     assert written["/etc/slurm/slurm.conf.slurmpod-tmp"] == CONF.encode()
-    assert written["/etc/slurm/cgroup.conf.slurmpod-tmp"] == render_cgroup_conf().encode()
     assert ["ln", "-sfn", "/etc/slurm/slurm.conf", "/opt/slurm/etc/slurm.conf"] in argvs
     assert r.index(["/usr/sbin/slurmctld"]) > r.index(["mv", "-f", "/etc/slurm/slurm.conf.slurmpod-tmp"])
     assert ["scontrol", "ping"] in argvs
