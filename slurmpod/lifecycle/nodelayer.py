@@ -92,9 +92,9 @@ MARIADB_DROPIN = ("# slurmpod: the accounting host's database\n[Service]\nExecSt
 MARIADB_CNF = ("# slurmpod: Slurm accounting (slurmdbd) settings\n[mysqld]\nskip-name-resolve\nbind-address=127.0.0.1\n"
                "innodb_buffer_pool_size=128M\ninnodb_lock_wait_timeout=900\nskip-ssl\n"
                "innodb_buffer_pool_load_at_startup=OFF\ninnodb_buffer_pool_dump_at_shutdown=OFF\n"
-               "innodb_temp_data_file_path=ibtmp1:1M:autoextend\n"
-               "# MariaDB >= 11.4's clients insist on TLS unless told the server has none\n"
-               "[client-mariadb]\nskip-ssl\n")
+               "innodb_temp_data_file_path=ibtmp1:1M:autoextend\n")
+MARIADB_CNF_CLIENT = ("# MariaDB >= 11.4's clients insist on TLS unless told the server has none\n"
+                      "[client-mariadb]\nskip-ssl\n")
 #: slurmdbd after 24.11 (26.05 tried) checks that MariaDB's innodb_snapshot_isolation (ON since MariaDB 11.6) is off:
 #: "not supported by Slurm and will cause slurmdbd to fatal when a write conflicts with a concurrent transaction"
 MARIADB_CNF_NO_SNAPSHOT = "innodb_snapshot_isolation=OFF\n"
@@ -271,7 +271,7 @@ def slurm_units(root: Path) -> None:
         slurmdbd = major_of(dpkg_versions(root, ("slurmdbd",)).get("slurmdbd", ""))
         no_snapshots = slurmdbd is not None and slurmdbd > LAST_SLURM_WITH_SNAPSHOTS
         _write(root / "etc/mysql/mariadb.conf.d/60-slurmpod.cnf",
-               MARIADB_CNF + (MARIADB_CNF_NO_SNAPSHOT if no_snapshots else ""))
+               MARIADB_CNF + (MARIADB_CNF_NO_SNAPSHOT if no_snapshots else "") + MARIADB_CNF_CLIENT)
         tmpfiles = root / "usr/lib/tmpfiles.d/mariadb.conf"
         if tmpfiles.is_file() and f"d {MARIADBD_RUN_DIR} " in tmpfiles.read_text():
             _write(root / "etc/tmpfiles.d/slurmpod-mysqld.conf", MYSQLD_SOCKET_LINK)

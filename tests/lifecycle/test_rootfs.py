@@ -353,3 +353,7 @@ def test_snapshot_isolation_off_for_slurmdbd_after_24_11(tmp_path: Path, slurmdb
     nodelayer.slurm_units(root)
     cnf = (root / "etc/mysql/mariadb.conf.d/60-slurmpod.cnf").read_text()
     assert cnf.startswith(nodelayer.MARIADB_CNF) and ("innodb_snapshot_isolation=OFF" in cnf) == off
+    # every server setting is in [mysqld]; the clients' group comes last
+    server, client = cnf.split("[client-mariadb]\n")
+    assert "[mysqld]" in server and "skip-ssl" in server and ("innodb_snapshot_isolation=OFF" in server) == off
+    assert client == "skip-ssl\n"
