@@ -5,6 +5,7 @@ the ssh provider), so a node's baseline that wrote its dozen files one ``install
 of its time starting processes. ``write_files`` sends them (and the directories they need, with their modes and
 owners) as one archive; the host's GNU tar resolves owner *names* in the host's own passwd/group, replaces an
 existing file or symlink instead of writing through it, and sets a directory's mode and owner after its entries.
+A directory that exists as a symlink to a directory stays one (``--keep-directory-symlink``, like ``install -d``).
 
 Unlike ``slurm.control.write_file`` (temp file + rename) the files are not replaced atomically: use it for what no
 daemon reads while it is written (a node's boot files), not for a live slurm.conf.
@@ -67,7 +68,8 @@ def write_files(runner: CommandRunner, files: Sequence[NodeFile], dirs: Sequence
     # the members are named too: a runner that records what it writes (the ssh provider's) sees them in argv
     members = [_relative(path) for path, _, _ in dirs] + [_relative(f.path) for f in files]
     res = runner.run(["tar", "-x", "-f", "-", "-C", "/", "--same-owner", "--same-permissions", "--no-acls",
-                      "--no-xattrs", "--delay-directory-restore", "--no-recursion", "--", *members],
+                      "--no-xattrs", "--delay-directory-restore", "--keep-directory-symlink", "--no-recursion", "--",
+                      *members],
                      input=archive(files, dirs), timeout=timeout)
     if res.returncode != 0:
         raise NodeFilesError(f"writing {len(files)} files in the node failed (tar exit {res.returncode}): "

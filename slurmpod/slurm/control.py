@@ -276,8 +276,8 @@ def write_controller_conf(runner: CommandRunner, conf_text: str, cgroup_text: st
              NodeFile(OCI_CONF, OCI.encode(), 0o644)]
     if conf_value(conf_text, "GresTypes"):  # configless serves it; each node's own lines are included
         files.append(NodeFile(GRES_CONF, render_gres_conf().encode(), 0o644))
-    write_files(runner, files, (("/etc/slurm", 0o755, "root"), ("/var/log/slurm", 0o755, "slurm"),
-                                (state, 0o755, "slurm")))
+    # (no entry for /etc/slurm itself: images link it to /opt/slurm/etc, and the files' parents are made anyway)
+    write_files(runner, files, (("/var/log/slurm", 0o755, "slurm"), (state, 0o755, "slurm")))
     write_file(runner, SLURM_CONF, conf_text.encode(), 0o644)
     link_opt_slurm_conf(runner, SLURM_CONF)
 

@@ -45,6 +45,18 @@ def test_files_dirs_and_links_in_one_command(tmp_path: Path) -> None:
     assert (tmp_path / "root").stat().st_mode & 0o777 == 0o700
 
 
+def test_a_directory_that_is_a_symlink_stays_one(tmp_path: Path) -> None:
+    """Images link /etc/slurm to /opt/slurm/etc: a directory entry (or a file below it) keeps the link and writes
+    into its target, as ``install -d`` would (tar alone replaced the link with an empty directory)."""
+    (tmp_path / "opt/slurm/etc").mkdir(parents=True)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/slurm").symlink_to("../opt/slurm/etc")
+    write_files(ChrootedTar(tmp_path), [NodeFile("/etc/slurm/cgroup.conf", b"x\n", 0o644)],
+                dirs=[("/etc/slurm", 0o755, "root")])
+    assert (tmp_path / "etc/slurm").is_symlink()
+    assert (tmp_path / "opt/slurm/etc/cgroup.conf").read_bytes() == b"x\n"
+
+
 def test_nothing_to_write_runs_nothing(tmp_path: Path) -> None:
     r = ChrootedTar(tmp_path)
     write_files(r, [])
