@@ -11,9 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from starlette.applications import Starlette
-
-from slurmpod.api.app import ApiContext, make_app
+from slurmpod.api.app import ApiApp, ApiContext, make_app
 from slurmpod.api.auth import make_authenticator
 from slurmpod.api.contract.model import get_model
 from slurmpod.clock import SystemClock
@@ -45,7 +43,7 @@ class Server:
     runtime: ClusterRuntime
     reconciler: Reconciler
     service: ClusterService
-    app: Starlette
+    app: ApiApp
     ownership: Ownership | None = None  # several servers on one database: this one's leases
     _stop_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _handed_over: bool = False

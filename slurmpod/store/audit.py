@@ -62,6 +62,8 @@ def _from_row(row: Row[Any]) -> AuditRecord:
 
 
 _INSERT = insert(audit_events)
+_COLUMNS = ("event_id", "event_time", "account_id", "region", "event_name", "event_source", "access_key_id",
+            "username", "read_only", "resources", "resource_keys", "error_code", "detail")
 
 
 class AuditLog:
@@ -70,8 +72,14 @@ class AuditLog:
     def __init__(self, engine: Engine, begin: Callable[[], AbstractContextManager[Connection]]) -> None:
         self.engine = engine
         self._begin = begin
+        # the insert in the dialect's own SQL and parameter style, compiled once: it goes to the DBAPI cursor of
+        # the transaction (SQLAlchemy's execute path, ~0.1 ms, cost more than the insert itself)
+        compiled = _INSERT.compile(dialect=engine.dialect, column_keys=list(_COLUMNS))
+        self._insert_sql = compiled.string
+        self._positional = tuple(compiled.positiontup or ()) if compiled.positional else None
 
     def add(self, rec: AuditRecord) -> None:
+        """Appends ``rec`` in a transaction of its own, committed (durable) when this returns."""
         values = {
             "event_id": rec.event_id, "event_time": rec.event_time, "account_id": rec.account_id,
             "region": rec.region, "event_name": rec.event_name, "event_source": rec.event_source,
@@ -79,8 +87,13 @@ class AuditLog:
             "resources": json.dumps([list(r) for r in rec.resources]), "resource_keys": resource_keys(rec.resources),
             "error_code": rec.error_code, "detail": rec.detail,
         }
+        params: Any = values if self._positional is None else tuple(values[k] for k in self._positional)
         with self._begin() as conn:
-            conn.execute(_INSERT, values)  # prebuilt: building insert().values() per call cost more than the insert
+            cursor = conn.connection.cursor()
+            try:
+                cursor.execute(self._insert_sql, params)
+            finally:
+                cursor.close()
 
     def page(self, f: AuditFilter, *, cursor: tuple[float, int] | None = None, limit: int = 50,
              oldest_first: bool = False, after_seq: int | None = None) -> list[AuditRecord]:

@@ -45,6 +45,7 @@ __all__ = ["NodeView", "SqlStore", "make_engine", "migrate"]
 # Statements built once (with bind parameters): building an ``update(...).values(**row)`` per call cost
 # about 200 us of the 270 us of an update_node, which the reconciler runs ~7 times per node booted.
 _NODE_BY_ID = select(nodes).where(nodes.c.instance_id == bindparam("k_iid"))
+_MAX_NODE_SEQ = select(func.max(nodes.c.seq)).where(nodes.c.cluster_id == bindparam("k_cid"))  # per CreateNodes
 _NODES_BY_IDS = select(nodes).where(nodes.c.instance_id.in_(bindparam("k_iids", expanding=True)))
 _INSERT_EVENT = insert(events)
 _INSERT_CLUSTER = insert(clusters)
@@ -335,7 +336,7 @@ class SqlStore:
 
     def max_node_seq(self, cluster_id: str) -> int:
         with self.engine.connect() as conn:
-            value = conn.execute(select(func.max(nodes.c.seq)).where(nodes.c.cluster_id == cluster_id)).scalar()
+            value = conn.execute(_MAX_NODE_SEQ, {"k_cid": cluster_id}).scalar()
         return int(value or 0)
 
     def update_node(self, rec: NodeRecord, new_events: Sequence[EventRecord] = ()) -> NodeRecord:
