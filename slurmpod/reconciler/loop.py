@@ -66,6 +66,26 @@ def _create(rec: Reconciler, cluster: ClusterRecord, action: p.CreateNodes, obs:
     apply.create_nodes(rec.ctx, cluster, action)
 
 
+def _creates_together(actions: list[Any]) -> list[Any]:
+    """``actions`` with the pass's ``CreateNodes`` of every group as one (where the first was): one store write
+    (and one seq read) for a new cluster's groups instead of one each."""
+    creates = [a for a in actions if isinstance(a, p.CreateNodes)]
+    if len(creates) < 2:
+        return actions
+    first = actions.index(creates[0])
+    rest = [a for a in actions if not isinstance(a, p.CreateNodes)]
+    return [*rest[:first], _Creates(tuple(creates)), *rest[first:]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Creates:
+    actions: tuple[p.CreateNodes, ...]
+
+
+def _create_all(rec: Reconciler, cluster: ClusterRecord, action: _Creates, obs: p.Observation) -> None:
+    apply.create_nodes(rec.ctx, cluster, *action.actions)
+
+
 def _set_status(rec: Reconciler, cluster: ClusterRecord, action: p.SetStatus, obs: p.Observation
                 ) -> ClusterRecord | None:
     if action.status == ClusterStatus.FAILED and cluster.last_good_spec is None:
@@ -78,6 +98,7 @@ def _set_status(rec: Reconciler, cluster: ClusterRecord, action: p.SetStatus, ob
 
 DISPATCH: dict[type, Dispatch] = {
     p.CreateNodes: _create,
+    _Creates: _create_all,
     p.BootNode: _submit(boot.boot, lambda a: a.instance_id),
     p.RemoveNode: _remove,
     p.ApplyTopology: _submit(lambda ctx, cid, _k: topology.apply_topology(ctx, cid), lambda a: "topology"),
@@ -92,6 +113,24 @@ DISPATCH: dict[type, Dispatch] = {
     rolling.BeginScheduledUpdate: _store_only(apply.begin_scheduled_update),
     rolling.FinishSoftwareUpdate: _store_only(apply.finish_software_update),
 }
+
+
+class _PassImages:
+    """The image catalogue's answers, read once per reconcile pass (``clear`` at its start): creating a cluster's
+    nodes read the catalogue setting twice per group."""
+
+    def __init__(self, lookup: ImageLookup) -> None:
+        self._lookup = lookup
+        self._memo: dict[str | None, tuple[str, str]] = {}
+
+    def clear(self) -> None:
+        self._memo = {}
+
+    def __call__(self, image_id: str | None) -> tuple[str, str]:
+        memo = self._memo
+        if image_id not in memo:
+            memo[image_id] = self._lookup(image_id)
+        return memo[image_id]
 
 
 class Reconciler:
@@ -125,8 +164,9 @@ class Reconciler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.pool = WorkPool(max_workers, self._wake.set)
+        self._images = _PassImages(image_lookup or (lambda _i: image))
         self.ctx = Context(store=store, runtime=runtime, clock=clock,
-                           image_lookup=image_lookup or (lambda _i: image), timeouts=self.timeouts,
+                           image_lookup=self._images, timeouts=self.timeouts,
                            wake=self._wake.set, notifier=notifier or Notifier(store), stopping=self._stop,
                            owns=owns)
         self.health = HealthMonitor(self.ctx, self.pool.busy_for, workers=health_workers)
@@ -186,6 +226,7 @@ class Reconciler:
 
     def run_once(self) -> None:
         started = time.monotonic()
+        self._images.clear()
         capacity = self.store.get_setting(CAPACITY_KEY)
         if capacity != self._capacity:
             self._capacity = capacity
@@ -253,6 +294,7 @@ class Reconciler:
             self._quiet[cluster_id] = (*key, time.monotonic())
         if not self.runtime.checkpoint_every_phase:  # cheap phases: many nodes per work item (workers.batch)
             actions = batching.submit_batches(self.ctx, self.pool, cluster, actions, obs)
+        actions = _creates_together(list(actions))
         current: ClusterRecord = cluster
         for action in actions:
             stored = DISPATCH[type(action)](self, current, action, obs)
