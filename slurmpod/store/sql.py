@@ -164,6 +164,18 @@ class SqlStore:
             self._parsed_clusters.pop(cluster_id, None)
         return self._parsed(row)
 
+    def get_clusters(self, cluster_ids: Sequence[str]) -> dict[str, ClusterRecord]:
+        """``get_cluster`` of several in one read (a reconcile pass read 500 clusters one round trip each)."""
+        if not cluster_ids:
+            return {}
+        with self._reads.connect() as conn:
+            rows = conn.execute(select(clusters).where(clusters.c.cluster_id.in_(list(cluster_ids)))).all()
+        out = {rec.cluster_id: rec for r in rows if (rec := self._parsed(r)) is not None}
+        for cid in cluster_ids:
+            if cid not in out:
+                self._parsed_clusters.pop(cid, None)
+        return out
+
     def _parsed(self, row: Any) -> ClusterRecord | None:
         if row is None:
             return None
@@ -328,6 +340,16 @@ class SqlStore:
         with self._reads.connect() as conn:
             row = conn.execute(q).one()
         return (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+
+    def nodes_fingerprints(self, cluster_ids: Sequence[str]) -> dict[str, tuple[int, int, int, int]]:
+        """``nodes_fingerprint`` of several clusters in one GROUP BY (a cluster without nodes: absent)."""
+        if not cluster_ids:
+            return {}
+        c = nodes.c
+        q = select(c.cluster_id, func.count(), func.sum(c.version), func.max(c.seq), func.sum(c.seq * c.version)
+                   ).where(c.cluster_id.in_(list(cluster_ids))).group_by(c.cluster_id)
+        with self._reads.connect() as conn:
+            return {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in conn.execute(q)}
 
     def get_node(self, instance_id: str) -> NodeRecord | None:
         with self._reads.connect() as conn:
