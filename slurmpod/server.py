@@ -234,6 +234,10 @@ def build_server(settings: Settings) -> Server:
     def image_of(image_id: str | None) -> Image:
         return (catalog.get(image_id) if image_id else None) or catalog.latest()
 
+    def image_and_release(image_id: str | None) -> tuple[str, str]:
+        image = image_of(image_id)  # once: each call reads the catalogue setting
+        return image.image_id, image.release
+
     runtime.set_image_lookup(image_of)
     ownership = build_ownership(settings, store, runtime, clock) if settings.shared_database else None
     gate = ApiGate()  # the reconciler's store calls wait (briefly) for the API's requests in flight
@@ -245,7 +249,7 @@ def build_server(settings: Settings) -> Server:
         image=(BUILTIN.image_id, BUILTIN.release), min_count_timeout=settings.min_count_timeout,
         retry_delay=settings.retry_delay, drain_timeout=settings.update_drain_timeout,
         dhc_busy_timeout=settings.dhc_busy_timeout, dhc_stress_seconds=settings.dhc_stress_seconds,
-        image_lookup=lambda image_id: (image_of(image_id).image_id, image_of(image_id).release),
+        image_lookup=image_and_release,
     )
     service = ClusterService(
         store, clock, provider_name=settings.provider, strict=settings.compat == "strict",

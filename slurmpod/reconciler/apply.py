@@ -23,36 +23,40 @@ from slurmpod.reconciler.work import Context
 log = logging.getLogger("slurmpod.reconciler")
 
 
-def create_nodes(ctx: Context, cluster: ClusterRecord, action: p.CreateNodes) -> None:
-    """Records the new instances (ids minted before any launch: a crash never launches one twice)."""
+def create_nodes(ctx: Context, cluster: ClusterRecord, *actions: p.CreateNodes) -> None:
+    """Records the new instances of ``actions`` (one per group) in one write (ids minted before any launch: a
+    crash never launches one twice)."""
     seq = ctx.store.max_node_seq(cluster.cluster_id)
     now = ctx.clock.now()
-    group = cluster.spec.group(action.group)
-    image_id, image_release = ctx.image_lookup(group.image_id if group else None)
     recs = []
-    events = [ctx.event(cluster, ev.instance_creation_started(cluster.name, action.group))]
-    for k in range(action.count):
-        seq += 1
-        iid = ids.new_instance_id()
-        data: dict[str, object] = {}
-        if k < len(action.takeover):
-            t = action.takeover[k]
-            # boots once the predecessor released the address (plan), then keeps its hostname and NodeName
-            data = {"address": t.address, "replaces": t.predecessor, "resume_on_join": True}
-            if t.ctl_slot is not None:
-                data["ctl_slot"] = t.ctl_slot
-                data.pop("resume_on_join")  # controllers are not Slurm nodes
-            events.append(ctx.event(cluster, ev.successor_created(cluster.name, action.group, iid, t.predecessor,
-                                                                  t.address, t.hostname)))
-        recs.append(NodeRecord(
-            instance_id=iid, cluster_id=cluster.cluster_id, group=action.group, seq=seq,
-            status=InstanceStatus.PENDING, launch_time=now, logical_id=f"{action.group}-{seq}",
-            image_id=image_id, image_release=image_release,
-            lifecycle_digest=cluster.lifecycle_snapshots.get(action.group), data=data,
-        ))
+    events = []
+    for action in actions:
+        group = cluster.spec.group(action.group)
+        image_id, image_release = ctx.image_lookup(group.image_id if group else None)
+        events.append(ctx.event(cluster, ev.instance_creation_started(cluster.name, action.group)))
+        for k in range(action.count):
+            seq += 1
+            iid = ids.new_instance_id()
+            data: dict[str, object] = {}
+            if k < len(action.takeover):
+                t = action.takeover[k]
+                # boots once the predecessor released the address (plan), then keeps its hostname and NodeName
+                data = {"address": t.address, "replaces": t.predecessor, "resume_on_join": True}
+                if t.ctl_slot is not None:
+                    data["ctl_slot"] = t.ctl_slot
+                    data.pop("resume_on_join")  # controllers are not Slurm nodes
+                events.append(ctx.event(cluster, ev.successor_created(cluster.name, action.group, iid,
+                                                                      t.predecessor, t.address, t.hostname)))
+            recs.append(NodeRecord(
+                instance_id=iid, cluster_id=cluster.cluster_id, group=action.group, seq=seq,
+                status=InstanceStatus.PENDING, launch_time=now, logical_id=f"{action.group}-{seq}",
+                image_id=image_id, image_release=image_release,
+                lifecycle_digest=cluster.lifecycle_snapshots.get(action.group), data=data,
+            ))
     ctx.store.add_nodes(recs, events)
     ctx.wake()  # the new records can boot in the next pass
-    log.info("cluster %s: %d new instance(s) in %s", cluster.name, action.count, action.group)
+    for action in actions:
+        log.info("cluster %s: %d new instance(s) in %s", cluster.name, action.count, action.group)
 
 
 def mark_removing(ctx: Context, cluster: ClusterRecord, node: NodeRecord, reason: str, *,

@@ -35,6 +35,7 @@ from slurmpod.store.protocol import Store
 log = logging.getLogger("slurmpod.reconciler")
 
 QUIET_REPLAN = 30.0  # a skipped (unchanged, settled) cluster is planned again at least this often
+PASS_CHUNK = 25  # clusters whose rows (and quiet ones' node fingerprints) a pass reads in one store call each
 CAPACITY_KEY = "capacity"
 
 #: action -> what to do with it: an applier returns the cluster as stored (or None when it did not write it)
@@ -66,6 +67,26 @@ def _create(rec: Reconciler, cluster: ClusterRecord, action: p.CreateNodes, obs:
     apply.create_nodes(rec.ctx, cluster, action)
 
 
+def _creates_together(actions: list[Any]) -> list[Any]:
+    """``actions`` with the pass's ``CreateNodes`` of every group as one (where the first was): one store write
+    (and one seq read) for a new cluster's groups instead of one each."""
+    creates = [a for a in actions if isinstance(a, p.CreateNodes)]
+    if len(creates) < 2:
+        return actions
+    first = actions.index(creates[0])
+    rest = [a for a in actions if not isinstance(a, p.CreateNodes)]
+    return [*rest[:first], _Creates(tuple(creates)), *rest[first:]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Creates:
+    actions: tuple[p.CreateNodes, ...]
+
+
+def _create_all(rec: Reconciler, cluster: ClusterRecord, action: _Creates, obs: p.Observation) -> None:
+    apply.create_nodes(rec.ctx, cluster, *action.actions)
+
+
 def _set_status(rec: Reconciler, cluster: ClusterRecord, action: p.SetStatus, obs: p.Observation
                 ) -> ClusterRecord | None:
     if action.status == ClusterStatus.FAILED and cluster.last_good_spec is None:
@@ -78,6 +99,7 @@ def _set_status(rec: Reconciler, cluster: ClusterRecord, action: p.SetStatus, ob
 
 DISPATCH: dict[type, Dispatch] = {
     p.CreateNodes: _create,
+    _Creates: _create_all,
     p.BootNode: _submit(boot.boot, lambda a: a.instance_id),
     p.RemoveNode: _remove,
     p.ApplyTopology: _submit(lambda ctx, cid, _k: topology.apply_topology(ctx, cid), lambda a: "topology"),
@@ -92,6 +114,24 @@ DISPATCH: dict[type, Dispatch] = {
     rolling.BeginScheduledUpdate: _store_only(apply.begin_scheduled_update),
     rolling.FinishSoftwareUpdate: _store_only(apply.finish_software_update),
 }
+
+
+class _PassImages:
+    """The image catalogue's answers, read once per reconcile pass (``clear`` at its start): creating a cluster's
+    nodes read the catalogue setting twice per group."""
+
+    def __init__(self, lookup: ImageLookup) -> None:
+        self._lookup = lookup
+        self._memo: dict[str | None, tuple[str, str]] = {}
+
+    def clear(self) -> None:
+        self._memo = {}
+
+    def __call__(self, image_id: str | None) -> tuple[str, str]:
+        memo = self._memo
+        if image_id not in memo:
+            memo[image_id] = self._lookup(image_id)
+        return memo[image_id]
 
 
 class Reconciler:
@@ -125,8 +165,9 @@ class Reconciler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.pool = WorkPool(max_workers, self._wake.set)
+        self._images = _PassImages(image_lookup or (lambda _i: image))
         self.ctx = Context(store=store, runtime=runtime, clock=clock,
-                           image_lookup=image_lookup or (lambda _i: image), timeouts=self.timeouts,
+                           image_lookup=self._images, timeouts=self.timeouts,
                            wake=self._wake.set, notifier=notifier or Notifier(store), stopping=self._stop,
                            owns=owns)
         self.health = HealthMonitor(self.ctx, self.pool.busy_for, workers=health_workers)
@@ -186,31 +227,50 @@ class Reconciler:
 
     def run_once(self) -> None:
         started = time.monotonic()
+        self._images.clear()
         capacity = self.store.get_setting(CAPACITY_KEY)
         if capacity != self._capacity:
             self._capacity = capacity
             self.runtime.set_capacity(capacity or {})
             log.info("capacity table: %s", capacity or "unlimited")
+        owned = []
         for cluster_id in self.store.cluster_ids():
             if not self.ctx.owns(cluster_id):  # several servers: another one holds its lease
                 self._quiet.pop(cluster_id, None)
+            else:
+                owned.append(cluster_id)
+        for i in range(0, len(owned), PASS_CHUNK):
+            self._reconcile_chunk(owned[i:i + PASS_CHUNK])
+        self.passes += 1
+        self.last_pass_seconds = time.monotonic() - started
+        metrics.RECONCILE_PASS.observe(self.last_pass_seconds)
+
+    def _reconcile_chunk(self, cluster_ids: list[str]) -> None:
+        """Reconciles ``cluster_ids`` in turn from one read of their rows and one of their quiet candidates' node
+        fingerprints (a pass over 500 clusters read each of them one store call at a time)."""
+        try:
+            rows = self.store.get_clusters(cluster_ids)
+            prints = self.store.nodes_fingerprints([c for c in cluster_ids if c in self._quiet])
+        except Exception:
+            log.exception("reading clusters %s..%s failed", cluster_ids[0], cluster_ids[-1])
+            return
+        for cluster_id in cluster_ids:
+            if not self.ctx.owns(cluster_id):
                 continue
             self.last_reconciled[cluster_id] = time.monotonic()
             try:
-                self._reconcile(cluster_id)
+                self._reconcile(cluster_id, rows.get(cluster_id), prints.get(cluster_id, (0, 0, 0, 0)))
             except VersionConflict:
                 self._wake.set()  # someone else wrote; plan again soon
             except LeaseLost as exc:
                 log.info("%s", exc)
             except Exception:
                 log.exception("reconciling cluster %s failed", cluster_id)
-        self.passes += 1
-        self.last_pass_seconds = time.monotonic() - started
-        metrics.RECONCILE_PASS.observe(self.last_pass_seconds)
 
     # ---- one cluster ----------------------------------------------------------------------------
 
-    def _quiet_key(self, cluster: ClusterRecord) -> tuple[int, tuple[int, int, int, int]] | None:
+    def _quiet_key(self, cluster: ClusterRecord, fingerprint: tuple[int, int, int, int] | None = None
+                   ) -> tuple[int, tuple[int, int, int, int]] | None:
         """What must not change for a quiet cluster to be skipped; None when it may not be skipped at all:
         only a settled cluster (InService/Failed, nothing in flight, no update or schedule, not Continuous)
         whose plan depends on nothing but its rows (health findings are node writes: they change the key)."""
@@ -218,27 +278,33 @@ class Reconciler:
             return None
         if cluster.software_update is not None or cluster.schedules or self.pool.busy_for(cluster.cluster_id):
             return None
-        return cluster.version, self.store.nodes_fingerprint(cluster.cluster_id)
+        if fingerprint is None:
+            fingerprint = self.store.nodes_fingerprint(cluster.cluster_id)
+        return cluster.version, fingerprint
 
-    def _skip_unchanged(self, cluster: ClusterRecord) -> bool:
+    def _skip_unchanged(self, cluster: ClusterRecord, fingerprint: tuple[int, int, int, int]) -> bool:
         """Idle pass cost in proportion to what changed: a cluster whose last pass planned nothing is skipped
         while its row and its nodes' fingerprint are unchanged (re-planned anyway every 30 s)."""
         quiet = self._quiet.get(cluster.cluster_id)
         if quiet is None or time.monotonic() - quiet[2] > QUIET_REPLAN:
             return False
-        return self._quiet_key(cluster) == quiet[:2]
+        return self._quiet_key(cluster, fingerprint) == quiet[:2]
 
-    def _reconcile(self, cluster_id: str) -> None:
-        cluster = self.store.get_cluster(cluster_id)
+    def _reconcile(self, cluster_id: str, cluster: ClusterRecord | None,
+                   fingerprint: tuple[int, int, int, int]) -> None:
+        """One cluster's pass from its row and its nodes' fingerprint as read for its chunk (both read before
+        its nodes: a write in between re-plans it next pass)."""
         if cluster is None:
             self._quiet.pop(cluster_id, None)
             self.last_reconciled.pop(cluster_id, None)
             self.pool.forget(cluster_id)
             return
-        if self._skip_unchanged(cluster):
+        if self._skip_unchanged(cluster, fingerprint):
             return
-        self._quiet.pop(cluster_id, None)
-        key = self._quiet_key(cluster)  # taken before the nodes are read: a write in between re-plans next pass
+        quiet = self._quiet.pop(cluster_id, None)
+        # taken before the nodes are read: a write in between re-plans next pass (the chunk's fingerprint when
+        # it was read for this cluster, else one read now)
+        key = self._quiet_key(cluster, fingerprint if quiet is not None else None)
         nodes = tuple(self.store.list_nodes(cluster_id))
         obs = p.Observation(
             cluster=cluster,
@@ -253,6 +319,7 @@ class Reconciler:
             self._quiet[cluster_id] = (*key, time.monotonic())
         if not self.runtime.checkpoint_every_phase:  # cheap phases: many nodes per work item (workers.batch)
             actions = batching.submit_batches(self.ctx, self.pool, cluster, actions, obs)
+        actions = _creates_together(list(actions))
         current: ClusterRecord = cluster
         for action in actions:
             stored = DISPATCH[type(action)](self, current, action, obs)

@@ -76,15 +76,26 @@ class HealthMonitor:
             self._stop.wait(self.ctx.timeouts.health_interval)
 
     def check_all(self) -> None:
-        """Submits one observation per watched cluster that has none in flight."""
-        for cid in self.ctx.store.cluster_ids():
-            if not self.ctx.owns(cid):
+        """Submits one observation per watched cluster that has none in flight and is due one (the rows read in
+        one store call: 1,000 booting clusters were one read and one pool task each per interval, only to find
+        their leak check not due)."""
+        owned = [cid for cid in self.ctx.store.cluster_ids() if self.ctx.owns(cid)]
+        rows = self.ctx.store.get_clusters(owned) if owned else {}
+        now = time.monotonic()
+        for cid in owned:
+            cluster = rows.get(cid)
+            if (cluster is not None and cluster.status in WATCHED and cluster.status != ClusterStatus.IN_SERVICE
+                    and not self._leak_check_due(cid, now)):
                 continue
             with self._lock:
                 if cid in self._in_flight:
                     continue
                 self._in_flight.add(cid)
             self._pool.submit(self._check_quietly, cid)
+
+    def _leak_check_due(self, cluster_id: str, now: float) -> bool:
+        """The leak guard's two sightings are ``leak_interval / 2`` apart at least."""
+        return now - self._last_leak_check.get(cluster_id, 0.0) >= self.ctx.timeouts.leak_interval / 2
 
     def _check_quietly(self, cluster_id: str) -> None:
         try:
@@ -108,7 +119,7 @@ class HealthMonitor:
         t0 = time.monotonic()
         if cluster.status != ClusterStatus.IN_SERVICE:
             # only the leak guard applies (two sightings apart): no need to read every node every interval
-            if t0 - self._last_leak_check.get(cluster_id, 0.0) < self.ctx.timeouts.leak_interval / 2:
+            if not self._leak_check_due(cluster_id, t0):
                 return None
             self._last_leak_check[cluster_id] = t0
         report = observe(self.ctx, cluster)

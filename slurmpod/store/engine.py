@@ -33,6 +33,14 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+def reads(engine: Engine) -> Engine:
+    """The engine for reads: on PostgreSQL the same pool with its connections in autocommit, so a read is one
+    round trip instead of three (psycopg sends ``BEGIN`` before the query and the pool a ``ROLLBACK`` when the
+    connection is returned; a busy server's loop spent a third of its wall time in those). Same consistency: at
+    PostgreSQL's READ COMMITTED every statement already took its own snapshot. SQLite reads are unchanged."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT") if engine.dialect.name == "postgresql" else engine
+
+
 # A server's threads (8 boot workers, the loop, leases, health, the API's thread pool) share one pool: with the
 # default 5 (+10 overflow) connections, checked-in overflow connections were closed and reopened (a backend
 # started per connect) under 50 API clients.

@@ -28,6 +28,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     false,
+    func,
     insert,
     literal,
     or_,
@@ -133,10 +134,27 @@ class LeaseStore:
             rows = conn.execute(select(clusters.c.cluster_id, clusters.c.name, clusters.c.provider))
             return [ClusterRef(r[0], r[1], r[2]) for r in rows]
 
+    def cluster_count(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(clusters)).scalar_one())
+
     def all(self) -> dict[str, Lease]:
+        return self._leases(None)
+
+    def free(self, now: float) -> dict[str, Lease]:
+        """The leases that may be taken at ``now`` (released or expired): what a lease pass reads each second
+        instead of every lease (held leases are renewed every second and need nothing from the others)."""
+        return self._leases(or_(leases.c.released.is_(True), leases.c.expires <= now))
+
+    def of(self, cluster_ids: list[str]) -> dict[str, Lease]:
+        """The lease rows of ``cluster_ids`` that exist."""
+        return self._leases(leases.c.cluster_id.in_(cluster_ids)) if cluster_ids else {}
+
+    def _leases(self, where: Any) -> dict[str, Lease]:
+        q = select(leases) if where is None else select(leases).where(where)
         with self.engine.connect() as conn:
             return {r.cluster_id: Lease(r.cluster_id, r.owner, r.expires, bool(r.released), int(r.epoch), r.machine)
-                    for r in conn.execute(select(leases))}
+                    for r in conn.execute(q)}
 
     def acquire(self, cluster_id: str, owner: str, *, now: float, until: float, machine: str,
                 home: str | None) -> int | None:

@@ -34,6 +34,10 @@ class ClusterRepo(Protocol):
 
     def get_cluster(self, cluster_id: str) -> ClusterRecord | None: ...
 
+    def get_clusters(self, cluster_ids: Sequence[str]) -> dict[str, ClusterRecord]:
+        """``get_cluster`` of several in one read: those that exist, by id."""
+        ...
+
     def find_cluster(self, account_id: str, region: str, name: str) -> ClusterRecord | None:
         """Names are unique per account and region."""
         ...
@@ -107,6 +111,10 @@ class NodeRepo(Protocol):
 
     def nodes_fingerprint(self, cluster_id: str) -> tuple[int, int, int, int]:
         """Changes whenever a node of the cluster is added, removed or updated."""
+        ...
+
+    def nodes_fingerprints(self, cluster_ids: Sequence[str]) -> dict[str, tuple[int, int, int, int]]:
+        """``nodes_fingerprint`` of several clusters in one read (a cluster without nodes: absent)."""
         ...
 
     def get_node(self, instance_id: str) -> NodeRecord | None: ...

@@ -26,7 +26,7 @@ from slurmpod.domain.status import InstanceStatus
 from slurmpod.errors import ResourceInUse, VersionConflict
 from slurmpod.store import operations as ops
 from slurmpod.store.audit import AuditLog
-from slurmpod.store.engine import make_engine, migrate
+from slurmpod.store.engine import make_engine, migrate, reads
 from slurmpod.store.leases import Fence, LeaseStore
 from slurmpod.store.rows import (
     cluster_from_row,
@@ -106,6 +106,7 @@ class SqlStore:
     def __init__(self, url: str, *, run_migrations: bool = True) -> None:
         self.url = url
         self.engine = make_engine(url)
+        self._reads = reads(self.engine)  # one round trip per read on PostgreSQL (``engine.reads``)
         # cluster_id -> (raw row, parsed record): a row identical to the last one read is not parsed again
         self._parsed_clusters: dict[str, tuple[tuple[Any, ...], ClusterRecord]] = {}
         # SQLite allows one writer; its busy handler sleeps 1-100 ms between retries, so this process's
@@ -114,8 +115,8 @@ class SqlStore:
             threading.Lock() if self.engine.dialect.name == "sqlite" else nullcontext())
         if run_migrations:
             migrate(self.engine)
-        self.audit = AuditLog(self.engine, self._begin)  # the audit trail (CloudTrail's event history)
-        self.leases = LeaseStore(self.engine, self._begin)  # which server reconciles which cluster
+        self.audit = AuditLog(self._reads, self._begin)  # the audit trail (CloudTrail's event history)
+        self.leases = LeaseStore(self._reads, self._begin)  # which server reconciles which cluster
         self._fence: Fence | None = None
 
     def fenced(self, fence: Fence) -> SqlStore:
@@ -141,7 +142,7 @@ class SqlStore:
             yield conn
 
     def ping(self) -> bool:
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             conn.execute(text("SELECT 1"))
         return True
 
@@ -158,11 +159,23 @@ class SqlStore:
             raise ResourceInUse(f"Cluster {rec.name} already exists.") from exc
 
     def get_cluster(self, cluster_id: str) -> ClusterRecord | None:
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             row = conn.execute(_CLUSTER_BY_ID, {"k_cid": cluster_id}).first()
         if row is None:
             self._parsed_clusters.pop(cluster_id, None)
         return self._parsed(row)
+
+    def get_clusters(self, cluster_ids: Sequence[str]) -> dict[str, ClusterRecord]:
+        """``get_cluster`` of several in one read (a reconcile pass read 500 clusters one round trip each)."""
+        if not cluster_ids:
+            return {}
+        with self._reads.connect() as conn:
+            rows = conn.execute(select(clusters).where(clusters.c.cluster_id.in_(list(cluster_ids)))).all()
+        out = {rec.cluster_id: rec for r in rows if (rec := self._parsed(r)) is not None}
+        for cid in cluster_ids:
+            if cid not in out:
+                self._parsed_clusters.pop(cid, None)
+        return out
 
     def _parsed(self, row: Any) -> ClusterRecord | None:
         if row is None:
@@ -178,7 +191,7 @@ class SqlStore:
 
     def find_cluster(self, account_id: str, region: str, name: str) -> ClusterRecord | None:
         """The account's cluster called ``name`` in ``region`` (names are unique per account and region)."""
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             row = conn.execute(_CLUSTER_BY_NAME, {"k_acct": account_id, "k_region": region, "k_name": name}).first()
         return self._parsed(row)
 
@@ -188,11 +201,11 @@ class SqlStore:
             q = q.where(clusters.c.account_id == account_id)
         if region is not None:
             q = q.where(clusters.c.region == region)
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             return [rec for r in conn.execute(q) if (rec := self._parsed(r)) is not None]
 
     def cluster_ids(self) -> list[str]:
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             return [r[0] for r in conn.execute(_CLUSTER_IDS)]
 
     def update_cluster(
@@ -233,12 +246,12 @@ class SqlStore:
     # ---- operations and client tokens -------------------------------------------------------------
 
     def list_operations(self, cluster_id: str) -> list[OperationRecord]:
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             return ops.list_operations(conn, cluster_id)
 
     def get_client_token(self, account_id: str, region: str, operation: str, token: str,
                          now: float) -> ClientTokenRecord | None:
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             return ops.get_token(conn, account_id, region, operation, token, now)
 
     def delete_cluster(self, cluster_id: str) -> None:
@@ -264,7 +277,7 @@ class SqlStore:
         else:
             q = select(nodes).where(nodes.c.cluster_id == cluster_id, nodes.c.group_name.in_(list(groups)))
             q, params = q.order_by(nodes.c.seq), {}
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             return [node_from_row(r) for r in conn.execute(q, params).all()]  # fetchall: 2x fetchone
 
     def page_nodes(
@@ -288,7 +301,7 @@ class SqlStore:
                                   "k_after": launched_after, "k_before": launched_before}
         for i, v in enumerate(after or ()):
             params[f"k_key{i}"] = v
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             return [node_from_row(r) for r in conn.execute(q, params).all()]
 
     def node_tally(self, cluster_id: str, exclude_status: str = InstanceStatus.NOT_FOUND.value) -> list[NodeRecord]:
@@ -296,7 +309,7 @@ class SqlStore:
         repeated per distinct triple; ``instance_id`` is empty): enough for counts and group status views,
         from one GROUP BY instead of 10,000 parsed rows per DescribeCluster."""
         out: list[NodeRecord] = []
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             for group, status, image_id, count in conn.execute(_NODE_TALLY, {"k_cid": cluster_id,
                                                                               "k_status": exclude_status}):
                 stand_in = NodeRecord(instance_id="", cluster_id=cluster_id, group=group, seq=0,
@@ -310,7 +323,7 @@ class SqlStore:
         c = nodes.c
         q = (select(nodes).where(and_(c.cluster_id == cluster_id, c.group_name.in_(list(groups)),
                                       c.status == status.value)).limit(1))
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             row = conn.execute(q).first()
         return node_from_row(row) if row else None
 
@@ -325,17 +338,27 @@ class SqlStore:
         c = nodes.c
         q = select(func.count(), func.coalesce(func.sum(c.version), 0), func.coalesce(func.max(c.seq), 0),
                    func.coalesce(func.sum(c.seq * c.version), 0)).where(c.cluster_id == cluster_id)
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             row = conn.execute(q).one()
         return (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
 
+    def nodes_fingerprints(self, cluster_ids: Sequence[str]) -> dict[str, tuple[int, int, int, int]]:
+        """``nodes_fingerprint`` of several clusters in one GROUP BY (a cluster without nodes: absent)."""
+        if not cluster_ids:
+            return {}
+        c = nodes.c
+        q = select(c.cluster_id, func.count(), func.sum(c.version), func.max(c.seq), func.sum(c.seq * c.version)
+                   ).where(c.cluster_id.in_(list(cluster_ids))).group_by(c.cluster_id)
+        with self._reads.connect() as conn:
+            return {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in conn.execute(q)}
+
     def get_node(self, instance_id: str) -> NodeRecord | None:
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             row = conn.execute(_NODE_BY_ID, {"k_iid": instance_id}).first()
         return node_from_row(row) if row else None
 
     def max_node_seq(self, cluster_id: str) -> int:
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             value = conn.execute(_MAX_NODE_SEQ, {"k_cid": cluster_id}).scalar()
         return int(value or 0)
 
@@ -348,7 +371,7 @@ class SqlStore:
 
     def get_nodes(self, instance_ids: Sequence[str]) -> dict[str, NodeRecord]:
         """The stored nodes among ``instance_ids``, by id, in one query."""
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             rows = conn.execute(_NODES_BY_IDS, {"k_iids": list(instance_ids)}).all()
         return {r.instance_id: r for r in map(node_from_row, rows)}
 
@@ -415,12 +438,12 @@ class SqlStore:
             self._insert_events(conn, evs)
 
     def list_events(self, cluster_id: str) -> list[EventRecord]:
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             rows = conn.execute(select(events).where(events.c.cluster_id == cluster_id).order_by(events.c.seq))
             return [event_from_row(r) for r in rows]
 
     def get_event(self, cluster_id: str, event_id: str) -> EventRecord | None:
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             row = conn.execute(
                 select(events).where(and_(events.c.cluster_id == cluster_id, events.c.event_id == event_id))
             ).first()
@@ -472,13 +495,13 @@ class SqlStore:
         q = select(events).where(and_(*conds)).order_by(*order)
         if limit is not None:
             q = q.limit(limit)
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             return [event_from_row(r) for r in conn.execute(q)]
 
     # ---- settings -------------------------------------------------------------------------------
 
     def get_setting(self, key: str) -> Any:
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             row = conn.execute(_SETTING, {"k_key": key}).first()
         return json.loads(row[0]) if row else None
 
@@ -495,7 +518,7 @@ class SqlStore:
     def integrity_check(self) -> list[str]:
         """Database-level and referential checks; an empty list means healthy."""
         problems: list[str] = []
-        with self.engine.connect() as conn:
+        with self._reads.connect() as conn:
             if self.engine.dialect.name == "sqlite":
                 res = conn.execute(text("PRAGMA integrity_check")).scalar()
                 if res != "ok":

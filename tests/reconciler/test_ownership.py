@@ -85,3 +85,49 @@ def test_a_busy_cluster_is_not_handed_back(db: SqlStore) -> None:
     a.busy = lambda _cid: False
     _steps(b, a, b, n=2)
     assert a.owned() and b.owned()
+
+
+def test_a_pass_reads_only_what_changed(db: SqlStore) -> None:
+    """After its first pass a keeper reads no lease and no cluster row while nothing changes (a count and the
+    free leases only); a new cluster, a deleted one and leases freed by a dead keeper are still seen."""
+    from slurmpod.reconciler import ownership
+
+    clock = FakeClock()
+    a, b = _keeper(db, clock, "a"), _keeper(db, clock, "b")
+    rows: dict[str, int] = {"clusters": 0, "leases": 0}
+    store = db.leases
+    clusters, leases_of = store.clusters, store._leases
+
+    def counted_clusters() -> list:  # type: ignore[type-arg]
+        got = clusters()
+        rows["clusters"] += len(got)
+        return got
+
+    def counted_leases(where: object) -> dict:  # type: ignore[type-arg]
+        got = leases_of(where)
+        rows["leases"] += len(got)
+        return got
+
+    store.clusters, store._leases = counted_clusters, counted_leases  # type: ignore[method-assign]
+    _steps(a, b, n=3)
+    clock.advance(LEASE + 0.1)
+    _steps(a, b, n=3)
+    assert len(a.owned()) + len(b.owned()) == 12 and a.owned() and b.owned()
+    rows.update(clusters=0, leases=0)
+    _steps(a, b, n=5)
+    assert rows == {"clusters": 0, "leases": 0}
+
+    db.create_cluster(make_cluster(cluster_id="cluster99999", name="late"))
+    _steps(a, b, n=2)
+    assert "cluster99999" in set(a.owned()) | set(b.owned())
+    gone = a.owned()[0]
+    db.delete_cluster(gone)
+    _steps(a, b)
+    assert gone not in a.owned() and gone not in b.owned()
+
+    # b dies: a reads b's leases once they run out (the free ones) and takes them all
+    held_by_b = set(b.owned())
+    clock.advance(LEASE + 0.1)
+    _steps(a, n=2)
+    assert held_by_b <= set(a.owned()) and len(a.owned()) == 12
+    assert ownership.RESYNC > 5  # the quiet passes above did not reread the cluster list by the resync

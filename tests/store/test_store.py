@@ -683,3 +683,19 @@ def test_concurrent_first_put_setting(store: SqlStore) -> None:
         assert _run_threads(threads, lambda i, key=key: store.put_setting(key, {"writer": i})) == []
         value = store.get_setting(key)
         assert isinstance(value, dict) and value["writer"] in range(threads)
+
+
+def test_bulk_reads_match_one_at_a_time(store: SqlStore) -> None:
+    """``get_clusters``/``nodes_fingerprints`` (a reconcile pass's reads per chunk of clusters) answer as
+    ``get_cluster``/``nodes_fingerprint`` do for each; missing clusters and clusters without nodes are absent."""
+    a, b = make_cluster("cluster00001", "a"), make_cluster("cluster00002", "b")
+    store.create_cluster(a)
+    store.create_cluster(b)
+    store.add_nodes([make_node(a.cluster_id, s) for s in (1, 2, 3)])
+    store.update_node(store.list_nodes(a.cluster_id)[1])
+    got = store.get_clusters([a.cluster_id, b.cluster_id, "nosuchcluster"])
+    assert got == {a.cluster_id: store.get_cluster(a.cluster_id), b.cluster_id: store.get_cluster(b.cluster_id)}
+    prints = store.nodes_fingerprints([a.cluster_id, b.cluster_id])
+    assert prints == {a.cluster_id: store.nodes_fingerprint(a.cluster_id)}
+    assert store.nodes_fingerprint(b.cluster_id) == (0, 0, 0, 0)
+    assert store.get_clusters([]) == {} and store.nodes_fingerprints([]) == {}
