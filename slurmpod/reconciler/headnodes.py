@@ -150,9 +150,11 @@ def node_gres(group: InstanceGroupSpec) -> str | None:
     return slurm_gres(instance_type_info(group.instance_type or "ml.t3.medium"))
 
 
-def start_compute_slurmd(r: CommandRunner, conf_servers: Sequence[str], group: InstanceGroupSpec) -> None:
-    """A compute group's dynamic slurmd: ``node_resources``, Feature=<group>, ``node_gres``."""
-    control.start_slurmd(r, conf_servers, *node_resources(group), group.name, node_gres(group))
+def start_compute_slurmd(r: CommandRunner, conf_servers: Sequence[str], group: InstanceGroupSpec, *,
+                         prepared: bool = False) -> None:
+    """A compute group's dynamic slurmd: ``node_resources``, Feature=<group>, ``node_gres``. ``prepared``: the
+    node's baseline made slurmd's directories, wrapper and arguments."""
+    control.start_slurmd(r, conf_servers, *node_resources(group), group.name, node_gres(group), prepared=prepared)
 
 
 def refresh_conf_servers(spec: ClusterSpec, nodes: Sequence[NodeRecord], ctls: Sequence[NodeRecord],

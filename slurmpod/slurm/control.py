@@ -328,11 +328,13 @@ def start_slurmctld(
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
     autostart: bool = True,
+    write: bool = True,
 ) -> None:
     """Writes the confs and starts slurmctld (if not running); returns once ``scontrol ping`` run in
     this node reports this controller UP. ``autostart=False``: slurmctld does not start by itself when the node
-    boots again (systemd nodes)."""
-    write_controller_conf(runner, conf_text, cgroup_text)
+    boots again (systemd nodes). ``write=False``: the node already has these confs (its baseline wrote them)."""
+    if write:
+        write_controller_conf(runner, conf_text, cgroup_text)
     _start_and_wait_slurmctld(runner, timeout, sleep, clock, autostart)
 
 
@@ -383,15 +385,19 @@ def start_slurmd(
     timeout: float = 15.0,
     sleep: Sleep = time.sleep,
     clock: Clock = time.monotonic,
+    prepared: bool = False,
 ) -> None:
     """Starts a configless dynamic slurmd (if not running) and links /opt/slurm/etc/slurm.conf to
-    the configless cache. Registration is confirmed on the controller (``wait_for_nodes``)."""
+    the configless cache. Registration is confirmed on the controller (``wait_for_nodes``). ``prepared``: the
+    node's boot already made slurmd's directories, wrapper and arguments (``units.prepare_slurmd``)."""
     if not conf_servers:
         raise ValueError("start_slurmd needs at least one conf server")
-    ensure_dir(runner, "/var/log/slurm", 0o755, "slurm")
-    ensure_dir(runner, SLURMD_SPOOL_DIR, 0o755)
+    if not prepared:
+        ensure_dir(runner, "/var/log/slurm", 0o755, "slurm")
+        ensure_dir(runner, SLURMD_SPOOL_DIR, 0o755)
     if units.uses_systemd(runner):
-        units.start_slurmd(runner, conf_servers, units.node_conf(cpus, real_memory, feature, gres))
+        units.start_slurmd(runner, conf_servers, units.node_conf(cpus, real_memory, feature, gres),
+                           prepared=prepared)
     elif read_pid(runner, SLURMD_PID_FILE, "slurmd") is None:
         _check(runner, slurmd_argv(conf_servers, cpus, real_memory, feature, gres), log=SLURMD_LOG_FILE)
     if not _wait(lambda: read_pid(runner, SLURMD_PID_FILE, "slurmd") is not None, timeout, sleep, clock):

@@ -143,14 +143,17 @@ def prepare_slurmd(runner: CommandRunner, node_conf: str | None) -> None:
     write_files(runner, slurmd_files(node_conf))
 
 
-def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], node_conf: str) -> None:
+def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], node_conf: str, *,
+                 prepared: bool = False) -> None:
     """Starts slurmd with ``--conf-server`` (as start_slurm.sh's envsubst would) and enables it; a running slurmd
     started with another conf-server list is restarted (job steps survive a slurmd restart).
 
     A unit that still has the ``${SLURMD_OPTIONS}`` placeholder and reads ``SLURMD_ENV`` (the node layer's) gets
     the options from that file: no unit rewrite, no daemon-reload (~0.2 s of every compute node's boot). A unit a
-    lifecycle script rendered, or an image's without that file, is rendered from the template as before."""
-    prepare_slurmd(runner, node_conf)
+    lifecycle script rendered, or an image's without that file, is rendered from the template as before.
+    ``prepared``: ``prepare_slurmd`` ran at the node's boot (its baseline), before any lifecycle script."""
+    if not prepared:
+        prepare_slurmd(runner, node_conf)
     options = f"--conf-server {','.join(conf_servers)}"
     live = control._run(runner, ["cat", SLURMD_UNIT], timeout=10).stdout
     if PLACEHOLDER in live and f"EnvironmentFile=-{SLURMD_ENV}" in live:

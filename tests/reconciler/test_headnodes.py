@@ -78,7 +78,8 @@ def test_refresh_conf_servers_restarts_stale_slurmds_only(monkeypatch) -> None: 
     restarted: list[tuple[Runner, list[str]]] = []
     monkeypatch.setattr(headnodes.control, "stop_slurmd", lambda r, timeout: True)
     monkeypatch.setattr(headnodes.control, "start_slurmd",
-                        lambda r, servers, cpus, mem, feature, gres=None: restarted.append((r, list(servers))))
+                        lambda r, servers, cpus, mem, feature, gres=None, prepared=False:
+                        restarted.append((r, list(servers))))
     spec = ClusterSpec(name="x", instance_groups=(
         InstanceGroupSpec(name="ctl", instance_count=1, slurm_config=SlurmConfig(NodeType.CONTROLLER)),
         InstanceGroupSpec(name="work", instance_count=2, instance_type="ml.c5.large",

@@ -110,7 +110,7 @@ def boot_files(rt: SlurmRuntime, cluster: ClusterRecord, group: InstanceGroupSpe
 
 #: directories ``baseline`` makes (mode and owner set even when the image has them)
 BASELINE_DIRS = (("/var/log/slurm", 0o755, "slurm"), ("/var/log/slurmpod", 0o755, "root"),
-                 ("/root/.ssh", 0o700, "root"))
+                 ("/root/.ssh", 0o700, "root"), (control.SLURMD_SPOOL_DIR, 0o755, "root"))
 
 
 def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
@@ -279,7 +279,9 @@ def daemons(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: I
         elif careful:
             headnodes.stop_backups(node, ctls, rt.alive(cluster), rt.runner_of(cluster))
         try:
-            control.start_slurmctld(r, conf, render_cgroup_conf(), autostart=not blocks)
+            # the confs baseline wrote are still the ones to run: not written twice
+            control.start_slurmctld(r, conf, render_cgroup_conf(), autostart=not blocks,
+                                    write=live.returncode != 0 or live.stdout != conf)
         finally:
             if careful:
                 headnodes.start_backups(node, ctls, rt.alive(cluster), rt.runner_of(cluster))
@@ -293,7 +295,9 @@ def daemons(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: I
         raise NodeBootError("no controller is running", retryable=True)
     if len(ctls) > 1:
         headnodes.wait_for_controller_in_charge(ctls, rt.runner_of(cluster))
-    headnodes.start_compute_slurmd(r, control.conf_server_arg(n.ip or "" for n in ctls), group)
+    # the baseline on this root volume made slurmd's directories, wrapper and arguments (systemd nodes)
+    headnodes.start_compute_slurmd(r, control.conf_server_arg(n.ip or "" for n in ctls), group,
+                                   prepared="baseline" in node.phases)
     return {}
 
 
