@@ -11,7 +11,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+
+# typing is not imported at run time: the health agent is resident in every compute node
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FAULT_DIR = "/run/slurmpod/faults"
 #: what each kind is and what a healthy node would need: "replace" or "reboot" (HyperPod's Action:Replace/Reboot)

@@ -26,9 +26,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from . import checks
+
+# typing is not imported at run time: the health agent is resident in every compute node
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CONFIG_FILE = "/etc/slurmpod/health.json"
 STATE_FILE = "/run/slurmpod/health.json"
