@@ -15,7 +15,6 @@ import os
 import stat
 import subprocess
 from collections.abc import Sequence
-from pathlib import Path
 
 from . import faults
 
@@ -52,6 +51,12 @@ class Result:
         return "Result(name={!r}, ok={!r}, detail={!r}, action={!r}, fault={!r})".format(*self._key())
 
 
+def read_text(path: str) -> str:
+    """A file's text (no pathlib: the resident health agent imports as little as it can)."""
+    with open(path) as f:
+        return f.read()
+
+
 def _run(argv: Sequence[str], timeout: float, input_: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(list(argv), input=input_, capture_output=True, timeout=timeout, check=False)  # noqa: S603
 
@@ -59,7 +64,7 @@ def _run(argv: Sequence[str], timeout: float, input_: bytes | None = None) -> su
 def gpu_devices(root: str = "/") -> list[str]:
     """The GPU device paths this node's gres.conf lists (none on a CPU node)."""
     try:
-        text = (Path(root) / NODE_GRES_CONF.lstrip("/")).read_text()
+        text = read_text(os.path.join(root, NODE_GRES_CONF.lstrip("/")))
     except OSError:
         return []
     out: list[str] = []
@@ -84,7 +89,7 @@ def check_gpus(root: str = "/") -> Result:
     missing = []
     for dev in devices:
         try:
-            if not stat.S_ISCHR(os.stat(Path(root) / dev.lstrip("/")).st_mode):
+            if not stat.S_ISCHR(os.stat(os.path.join(root, dev.lstrip("/"))).st_mode):
                 missing.append(dev)
         except OSError:
             missing.append(dev)
@@ -129,7 +134,7 @@ def pids_of(comm: str) -> list[int]:
         if not entry.isdigit():
             continue
         try:
-            if Path(f"/proc/{entry}/comm").read_text().strip() == comm:
+            if read_text(f"/proc/{entry}/comm").strip() == comm:
                 pids.append(int(entry))
         except OSError:
             continue
@@ -138,7 +143,7 @@ def pids_of(comm: str) -> list[int]:
 
 def _proc_state(pid: int) -> str:
     try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
+        stat_line = read_text(f"/proc/{pid}/stat")
     except OSError:
         return "?"
     return stat_line.rsplit(")", 1)[1].split()[0]
@@ -204,7 +209,7 @@ def check_disk(path: str = "/") -> Result:
 def check_memory(meminfo: str = "/proc/meminfo") -> Result:
     try:
         fields = {}
-        for line in Path(meminfo).read_text().splitlines():
+        for line in read_text(meminfo).splitlines():
             key, _, rest = line.partition(":")
             fields[key] = int(rest.split()[0]) if rest.split() else 0
     except (OSError, ValueError) as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 # typing is not imported at run time: the health agent is resident in every compute node
 TYPE_CHECKING = False
@@ -30,7 +29,7 @@ KINDS: dict[str, tuple[str, str]] = {
 
 def active(root: str = "/") -> dict[str, dict[str, Any]]:
     """The faults marked in the node whose root is ``root``: kind -> marker contents (``{}`` if unreadable)."""
-    d = Path(root) / FAULT_DIR.lstrip("/")
+    d = os.path.join(root, FAULT_DIR.lstrip("/"))
     out: dict[str, dict[str, Any]] = {}
     try:
         names = sorted(os.listdir(d))
@@ -40,7 +39,8 @@ def active(root: str = "/") -> dict[str, dict[str, Any]]:
         if name not in KINDS:
             continue
         try:
-            data = json.loads((d / name).read_text())
+            with open(os.path.join(d, name)) as f:
+                data = json.load(f)
         except (OSError, ValueError):
             data = {}
         out[name] = data if isinstance(data, dict) else {}

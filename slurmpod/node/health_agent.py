@@ -21,11 +21,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from . import checks
 
@@ -47,7 +45,7 @@ def _now() -> str:
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
@@ -55,7 +53,7 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 
 def _log(record: dict[str, Any]) -> None:
-    Path(LOG_FILE).parent.mkdir(parents=True, exist_ok=True)
+    os.makedirs(os.path.dirname(LOG_FILE), exist_ok=True)
     with open(LOG_FILE, "a") as f:
         f.write(json.dumps({"ts": _now(), **record}, sort_keys=True) + "\n")
     print(record.get("msg", ""), flush=True)  # the journal
@@ -164,10 +162,10 @@ class Agent:
 
 def main() -> int:
     try:
-        config = json.loads(Path(CONFIG_FILE).read_text())
+        config = json.loads(checks.read_text(CONFIG_FILE))
     except (OSError, ValueError) as exc:
         print(f"slurmpod-health: no configuration ({CONFIG_FILE}: {exc}): nothing to monitor", file=sys.stderr)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    Agent(config if isinstance(config, dict) else {}, socket.gethostname()).run()
+    Agent(config if isinstance(config, dict) else {}, os.uname().nodename).run()
     return 0
