@@ -60,7 +60,9 @@ def _client(endpoint: str, key: tuple[str, str]) -> Any:
     from botocore.config import Config
 
     return boto3.client("sagemaker", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key[0],
-                        aws_secret_access_key=key[1], config=Config(retries={"max_attempts": 1}))
+                        aws_secret_access_key=key[1], config=Config(retries={"max_attempts": 1},
+                                                                    # (16 creating threads share a client)
+                                                                    max_pool_connections=32))
 
 
 def _describers(endpoints: list[str], key: tuple[str, str], clusters: int, first: int, threads: int,
