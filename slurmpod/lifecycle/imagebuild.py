@@ -172,6 +172,7 @@ class ProgressFilter:
         self.in_script = False
         self.script_rc: int | None = None
         self.seen: set[str] = set()
+        self.t0 = time.monotonic()  # each phase line says when it began, seconds into the build
 
     def feed(self, line: str) -> None:
         line = line.rstrip("\n")
@@ -195,7 +196,7 @@ class ProgressFilter:
         for needle, phase in PHASES:
             if needle in line and needle not in self.seen:
                 self.seen.add(needle)
-                self.progress(phase.format(**self.fmt))
+                self.progress(f"{phase.format(**self.fmt)} (at {time.monotonic() - self.t0:.1f} s)")
 
     def failure(self, returncode: int, suite: str) -> BuildError:
         text = "\n".join(self.errors + self.tail)
@@ -282,10 +283,12 @@ def chroot_runner(root: Path) -> Callable[[Sequence[str]], str]:
 def finish(store: ImageStore, stage: Staging, progress: Progress, **manifest: object) -> Manifest:
     """Node layer, digest, manifest and the move into the store (common to build and import)."""
     progress("layer: slurmpod node layer (masks, /opt/slurm, slurmd.service, ubuntu, per-node files)")
+    t = time.monotonic()
     try:
         apply_node_layer(stage.rootfs, chroot_runner(stage.rootfs))
     except (OSError, RootfsError) as exc:
         raise BuildError(f"node layer failed: {exc}") from exc
+    progress(f"layer: done ({time.monotonic() - t:.1f} s)")
     t = time.monotonic()
     scan = scan_tree(stage.rootfs)
     image_id = image_id_for(scan.digest)

@@ -233,7 +233,8 @@ def test_progress_filter_phases_and_failures() -> None:
                  "I: installing remaining packages inside the chroot...", "slurmpod: script begin", "hello",
                  "slurmpod: script exit 3", "E: mmdebstrap failed"):
         f.feed(line + "\n")
-    assert seen[0] == "resolving: package lists of bookworm" and seen[1].startswith("downloading")
+    assert seen[0].startswith("resolving: package lists of bookworm (at ") and seen[0].endswith(" s)")
+    assert seen[1].startswith("downloading")
     assert "  script| hello" in seen and len(seen) == 6
     err = f.failure(1, "bookworm")
     assert err.code == 2 and "--script failed with exit code 3" in str(err)
