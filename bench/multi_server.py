@@ -22,6 +22,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import re
+import shutil
 import statistics
 import tempfile
 import threading
@@ -200,9 +201,12 @@ def run(quick: bool = False, workdir: Path | None = None, size: tuple[int, int] 
     clusters, nodes = size or (QUICK if quick else FULL)
     root = Path(tempfile.mkdtemp(prefix="slurmpod-bench-ha-", dir=workdir))
     runs: dict[int, dict[str, Any]] = {}
-    with postgres_server() as pg:
-        for n in counts:
-            runs[n] = _run_with(pg.create_database(f"s{n}"), n, root, clusters, nodes, pace)
+    try:
+        with postgres_server() as pg:
+            for n in counts:
+                runs[n] = _run_with(pg.create_database(f"s{n}"), n, root, clusters, nodes, pace)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)  # the servers' state dirs (simulated: nothing outlives them)
     doc: dict[str, Any] = {
         "description": f"{clusters} clusters x {nodes} simulated nodes, servers {counts} on PostgreSQL, "
                        f"launch delay {LAUNCH_DELAY} s, {CLIENTS} clients in {CLIENT_PROCS} processes"
