@@ -147,7 +147,11 @@ def profile_once(workdir: Path | None = None, *, image: str | None = None, logs:
     image_id = _register(root, image) if image else None
     port = free_port()
     settings = Settings(state_dir=root, port=port, provider="local", accounting=accounting)
-    server = build_server(settings)
+    try:
+        server = build_server(settings)
+    except BaseException:  # e.g. no default image: nothing was started, the state dir goes
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     server.start()
     uv = uvicorn.Server(uvicorn.Config(server.app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=uv.run, daemon=True)
