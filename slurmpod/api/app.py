@@ -167,14 +167,7 @@ class ApiApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == "/" and scope["method"] == "POST":
-            gate = self.ctx.gate
-            if gate is not None:
-                gate.enter()
-            try:
-                status, body, request_id = await handle(self.ctx, Request(scope, receive), self._run)
-            finally:
-                if gate is not None:
-                    gate.leave()
+            status, body, request_id = await handle(self.ctx, Request(scope, receive), self._run)
             # what Starlette's Response sends, without building one
             await send({"type": "http.response.start", "status": status, "headers": [
                 (b"content-length", str(len(body)).encode()), (b"content-type", _CONTENT_TYPE),
@@ -195,7 +188,18 @@ _CONTENT_TYPE = protocol.CONTENT_TYPE.encode()
 
 async def handle(ctx: ApiContext, request: Request, run: Run) -> tuple[int, bytes, str]:
     """One API call: (HTTP status, body, request id); ``run`` runs a blocking function on a worker thread. Never
-    raises."""
+    raises. In flight, it is counted in ``ctx.gate`` (the reconciler lets it finish first)."""
+    gate = ctx.gate
+    if gate is None:
+        return await _handle(ctx, request, run)
+    gate.enter()
+    try:
+        return await _handle(ctx, request, run)
+    finally:
+        gate.leave()
+
+
+async def _handle(ctx: ApiContext, request: Request, run: Run) -> tuple[int, bytes, str]:
     request_id = str(uuid.uuid4())
     started = time.monotonic()
     service, op = "sagemaker", "-"
@@ -252,13 +256,7 @@ async def _response(ctx: ApiContext, request: Request) -> Response:
 def make_app(ctx: ApiContext, extra_routes: Sequence[BaseRoute] = ()) -> ApiApp:
     """``extra_routes``: the console (``slurmpod.console``), mounted by ``slurmpod.server``."""
     async def root(request: Request) -> Response:  # not reached through ``ApiApp`` (it answers POST / itself)
-        if ctx.gate is None:
-            return await _response(ctx, request)
-        ctx.gate.enter()
-        try:
-            return await _response(ctx, request)
-        finally:
-            ctx.gate.leave()
+        return await _response(ctx, request)
 
     async def other_method(request: Request) -> Response:
         return JSONResponse(

@@ -335,12 +335,7 @@ class SqlStore:
         """A cheap summary that changes whenever a node of the cluster is added, removed or updated (every
         update bumps ``version``): count, sum of versions, max seq, sum of seq*version. One aggregate query,
         no rows sent to Python; lets an idle reconcile pass skip an unchanged cluster."""
-        c = nodes.c
-        q = select(func.count(), func.coalesce(func.sum(c.version), 0), func.coalesce(func.max(c.seq), 0),
-                   func.coalesce(func.sum(c.seq * c.version), 0)).where(c.cluster_id == cluster_id)
-        with self._reads.connect() as conn:
-            row = conn.execute(q).one()
-        return (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+        return self.nodes_fingerprints([cluster_id]).get(cluster_id, (0, 0, 0, 0))
 
     def nodes_fingerprints(self, cluster_ids: Sequence[str]) -> dict[str, tuple[int, int, int, int]]:
         """``nodes_fingerprint`` of several clusters in one GROUP BY (a cluster without nodes: absent)."""
