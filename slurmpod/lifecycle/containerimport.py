@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from slurmpod.node.container_spec import SpecError, is_image_archive, parse_image
@@ -22,6 +22,7 @@ from slurmpod.providers.local.registry import ContainerRegistry
 
 PODMAN = "podman"
 TIMEOUT = 1800.0
+ATTEMPTS = 2  # a step whose podman helper was SIGKILLed is tried once more (_killed)
 
 
 class ContainerImportError(RuntimeError):
@@ -104,6 +105,24 @@ def import_image(state_dir: Path, source: Path, name: str, *, progress: object =
                                    "server once a cluster exists)")
     full = f"{where}/{tag}"
     say = progress if callable(progress) else print
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            _import_once(source, full, where, say)
+            break
+        except ContainerImportError as exc:
+            if attempt == ATTEMPTS or not _killed(exc):
+                raise
+            say(f"== {exc}; trying again from a fresh storage (attempt {attempt + 1} of {ATTEMPTS})")
+    return full
+
+
+def _killed(exc: ContainerImportError) -> bool:
+    """podman's helper (its re-exec'd layer untar) ended by SIGKILL from outside: a known, rare podman flake
+    (containers/podman#17918, no resource pressure, nothing in the kernel log), not a fault of the source."""
+    return "signal: killed" in str(exc)
+
+
+def _import_once(source: Path, full: str, where: str, say: Callable[[str], object]) -> None:
     work = Path(tempfile.mkdtemp(prefix="slurmpod-cimport-", dir="/var/tmp"))
     try:
         pm = _Podman(work)
@@ -125,4 +144,3 @@ def import_image(state_dir: Path, source: Path, name: str, *, progress: object =
         pm.run("push", "--quiet", "--tls-verify=false", full, what=f"pushing to {where}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return full

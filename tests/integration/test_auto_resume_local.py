@@ -93,7 +93,19 @@ def _job(state: Path, job: str) -> dict[str, str]:
     return dict(t.split("=", 1) for t in line.split() if "=" in t)
 
 
+def _wait_running(state: Path, job: str, timeout: float = 240) -> None:
+    """The job's tasks run: a job submitted right after a replacement waits (PENDING) until the new node has
+    registered with slurmctld, which under load takes most of a minute."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _job(state, job).get("JobState") == "RUNNING":
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} never ran: {_sh(state, f'scontrol show job {job}; sinfo -N')}")
+
+
 def _wait_checkpoints(state: Path, job: str, at_least: int = 2, timeout: float = 60) -> None:
+    _wait_running(state, job)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = _sh(state, f"for f in {DIR}/{job}/ckpt.0 {DIR}/{job}/ckpt.1; do cat $f 2>/dev/null; echo; done"
@@ -101,7 +113,8 @@ def _wait_checkpoints(state: Path, job: str, at_least: int = 2, timeout: float =
         if len(got) == 2 and min(int(x) for x in got) >= at_least:
             return
         time.sleep(0.5)
-    raise AssertionError(f"job {job} never checkpointed: {_sh(state, f'cat {DIR}/{job}.out || true')}")
+    raise AssertionError(f"job {job} never checkpointed: {_sh(state, f'cat {DIR}/{job}.out || true')}\n"
+                         f"{_sh(state, f'ls -la {DIR}/{job}; scontrol show job {job}; sinfo -N')}")
 
 
 def _wait_done(state: Path, job: str, timeout: float = 180) -> str:

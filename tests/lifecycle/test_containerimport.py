@@ -45,3 +45,46 @@ def test_missing_source_and_registry_not_running(tmp_path: Path) -> None:
     with pytest.raises(ContainerImportError, match="registry of .* is not running"):
         import_image(tmp_path, tmp_path / "root", "tiny:1")
 
+
+
+def _fake_podman(tmp_path: Path, fail_imports: int, message: str) -> Path:
+    """A podman stand-in: its first ``fail_imports`` imports fail with ``message``; every call is logged."""
+    script = tmp_path / "podman"
+    log, count = tmp_path / "calls", tmp_path / "failed"
+    script.write_text(f"""#!/bin/sh
+echo "$*" >> {log}
+case " $* " in *" import "*)
+  n=$(cat {count} 2>/dev/null || echo 0)
+  if [ "$n" -lt {fail_imports} ]; then echo $((n + 1)) > {count}; echo "Error: {message}" >&2; exit 125; fi ;;
+esac
+exit 0
+""")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize(("message", "retried"), [
+    ('writing blob: adding layer with blob "sha256:f1": ApplyLayer stdout:  stderr:  signal: killed', True),
+    ("writing blob: no space left on device", False),
+])
+def test_a_podman_helper_killed_from_outside_is_tried_once_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               message: str, retried: bool) -> None:
+    import slurmpod.lifecycle.containerimport as ci
+
+    monkeypatch.setattr(ci, "PODMAN", str(_fake_podman(tmp_path, 1, message)))
+    monkeypatch.setattr(ci.ContainerRegistry, "address", lambda self: "10.9.0.1:5000")
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "VERSION").write_text("v1\n")
+    said: list[str] = []
+    before = set(Path("/var/tmp").glob("slurmpod-cimport-*"))  # (another worker's import may be under way)
+    if retried:
+        assert import_image(tmp_path, tmp_path / "root", "tiny:1", progress=said.append) == "10.9.0.1:5000/tiny:1"
+        assert any("trying again from a fresh storage (attempt 2 of 2)" in s for s in said), said
+        calls = (tmp_path / "calls").read_text().splitlines()
+        assert [c.split()[-2:] for c in calls if " push " in c] == [["--tls-verify=false", "10.9.0.1:5000/tiny:1"]]
+    else:
+        with pytest.raises(ContainerImportError, match="no space left on device"):
+            import_image(tmp_path, tmp_path / "root", "tiny:1", progress=said.append)
+        assert not any("trying again" in s for s in said)
+        assert " push " not in (tmp_path / "calls").read_text()
+    assert set(Path("/var/tmp").glob("slurmpod-cimport-*")) <= before
