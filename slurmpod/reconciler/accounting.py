@@ -402,10 +402,7 @@ class AccountingService:
 
     def _ensure_slurmdbd_unit(self, r: CommandRunner, text: str, external: ExternalDatabase | None) -> None:
         """slurmdbd as the image's ``slurmdbd.service`` (Restart=on-failure); a changed conf restarts it."""
-        if _write_dbd_conf(r, text) and units.active(r, "slurmdbd"):
-            units.systemctl(r, "restart", "slurmdbd")
-        else:
-            units.start(r, "slurmdbd")
+        units.start(r, "slurmdbd", restart=_write_dbd_conf(r, text))
         what = _dbd_not_ready(external)
         self._wait(r, lambda: _run(r, acct.port_probe_argv(SLURMDBD_PORT)).returncode == 0,
                    what, acct.SLURMDBD_LOG_FILE, lambda: units.active(r, "slurmdbd"), unit="slurmdbd")

@@ -131,19 +131,21 @@ def ensure_dir(runner: CommandRunner, path: str, mode: int = 0o755, owner: str =
     _check(runner, ["install", "-d", "-m", f"{mode:04o}", "-o", user, "-g", group, path])
 
 
+#: ``link_opt_slurm_conf`` in one in-node command (it was up to four: two tests, install -d, ln); $1 the target
+LINK_OPT_SLURM_CONF = f"""t=$1
+[ {OPT_SLURM_CONF} -ef "$t" ] && exit 0
+# /opt/slurm/etc -> /etc/slurm: slurm.conf there points at the target (e.g. the configless cache)
+[ -L /opt/slurm/etc ] && exec ln -sfn "$t" {SLURM_CONF}
+install -d -m 0755 -o root -g root /opt/slurm/etc && exec ln -sfn "$t" {OPT_SLURM_CONF}
+"""
+
+
 def link_opt_slurm_conf(runner: CommandRunner, target: str) -> None:
     """``/opt/slurm/etc/slurm.conf`` -> ``target`` (AWS sample scripts read that path).
 
     Nothing to do when the path already is ``target`` (e.g. the image links /opt/slurm/etc to /etc/slurm).
     """
-    if _run(runner, ["test", OPT_SLURM_CONF, "-ef", target], timeout=10).returncode == 0:
-        return
-    if _run(runner, ["test", "-L", "/opt/slurm/etc"], timeout=10).returncode == 0:
-        # /opt/slurm/etc -> /etc/slurm: make slurm.conf there point at target (configless cache)
-        _check(runner, ["ln", "-sfn", target, SLURM_CONF])
-        return
-    ensure_dir(runner, "/opt/slurm/etc")
-    _check(runner, ["ln", "-sfn", target, OPT_SLURM_CONF])
+    _check(runner, ["sh", "-c", LINK_OPT_SLURM_CONF, "sh", target], timeout=10)
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, sleep: Sleep, clock: Clock) -> bool:

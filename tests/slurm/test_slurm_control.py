@@ -210,7 +210,7 @@ def test_start_slurmctld() -> None:
         assert "etc/slurm/slurm.conf" not in members
     written = {c[0][-1]: c[1] for c in r.calls if c[0][:2] == ["install", "-D"]}
     assert written["/etc/slurm/slurm.conf.slurmpod-tmp"] == CONF.encode()
-    assert ["ln", "-sfn", "/etc/slurm/slurm.conf", "/opt/slurm/etc/slurm.conf"] in argvs
+    assert ["sh", "-c", control.LINK_OPT_SLURM_CONF, "sh", "/etc/slurm/slurm.conf"] in argvs
     assert r.index(["/usr/sbin/slurmctld"]) > r.index(["mv", "-f", "/etc/slurm/slurm.conf.slurmpod-tmp"])
     assert ["scontrol", "ping"] in argvs
     assert not any("reconfigure" in a for a in argvs)
@@ -279,7 +279,7 @@ def test_start_slurmd_argv() -> None:
         "--conf",
         "CPUs=8 RealMemory=30000 Feature=gpu-a Gres=gpu:1",
     ] in r.argvs()
-    assert ["ln", "-sfn", "/run/slurm/conf/slurm.conf", "/opt/slurm/etc/slurm.conf"] in r.argvs()
+    assert ["sh", "-c", control.LINK_OPT_SLURM_CONF, "sh", "/run/slurm/conf/slurm.conf"] in r.argvs()
 
 
 def test_configure_login_writes_a_copy() -> None:
@@ -287,7 +287,7 @@ def test_configure_login_writes_a_copy() -> None:
     control.configure_login(r, CONF)
     written = {c[0][-1]: c[1] for c in r.calls if c[0][:2] == ["install", "-D"]}
     assert written == {"/etc/slurm/slurm.conf.slurmpod-tmp": CONF.encode()}
-    assert ["ln", "-sfn", "/etc/slurm/slurm.conf", "/opt/slurm/etc/slurm.conf"] in r.argvs()
+    assert ["sh", "-c", control.LINK_OPT_SLURM_CONF, "sh", "/etc/slurm/slurm.conf"] in r.argvs()
 
 
 def test_parse_ping() -> None:
