@@ -38,7 +38,7 @@ from slurmpod.lifecycle.rootfs import RootfsError, dpkg_versions, resolve_in_roo
 from slurmpod.slurm.accounting import MARIADB_TEMPLATE
 from slurmpod.slurm.units import PLACEHOLDER, SLURMD_ENV
 
-RECIPE_VERSION = 9
+RECIPE_VERSION = 10
 
 MASKED = (
     "getty@tty1.service", "console-getty.service", "systemd-firstboot.service",
@@ -52,6 +52,27 @@ MASKED = (
     # proxy (netavark, trixie) serves macvlan networks nodes do not have
     "systemd-remount-fs.service", "systemd-journal-flush.service", "run-lock.mount",
     "netavark-dhcp-proxy.service", "netavark-dhcp-proxy.socket",
+    # (recipe 10) units whose conditions always fail in a node (no TPM, firmware, hibernation, binfmt_misc or system
+    # extension images in a container), loaded and checked at every boot for nothing; and the static /dev nodes of
+    # the running kernel's modules (the provider makes a node's /dev; it has no modules.devname of that kernel)
+    "systemd-tmpfiles-setup-dev-early.service", "systemd-tmpfiles-setup-dev.service", "kmod-static-nodes.service",
+    "systemd-tpm2-setup-early.service", "systemd-tpm2-setup.service", "systemd-pcrmachine.service",
+    "systemd-pcrphase-initrd.service", "systemd-pcrphase-sysinit.service", "systemd-pcrphase.service",
+    "systemd-pcrextend.socket", "systemd-pcrlock.socket", "systemd-hibernate-clear.service",
+    "systemd-hibernate-resume.service", "systemd-battery-check.service", "systemd-bsod.service",
+    "systemd-binfmt.service", "proc-sys-fs-binfmt_misc.automount", "proc-sys-fs-binfmt_misc.mount",
+    "systemd-sysext.service", "systemd-confext.service", "systemd-machine-id-commit.service",
+)
+#: (recipe 10) systemd's generators that can find nothing in a node: no partition table, TPM, hibernation image,
+#: VSOCK or kernel command line of its own, and no console to put a getty on. Each ran at every boot (and every
+#: ``daemon-reload``) in PID 1's cgroup, 5-9 ms apiece. The fstab, rc-local and sysv generators stay (users' scripts
+#: may use /etc/fstab, rc.local or an init script), as does podman's (Quadlet).
+GENERATORS_OFF = (
+    "systemd-gpt-auto-generator", "systemd-hibernate-resume-generator", "systemd-tpm2-generator",
+    "systemd-ssh-generator", "systemd-system-update-generator", "systemd-debug-generator",
+    "systemd-getty-generator", "systemd-run-generator", "systemd-bless-boot-generator",
+    "systemd-cryptsetup-generator", "systemd-veritysetup-generator", "systemd-integritysetup-generator",
+    "systemd-factory-reset-generator", "systemd-import-generator", "systemd-credential-generator",
 )
 UNWANTED_LINKS = (
     "getty.target.wants/getty@tty1.service", "sysinit.target.wants/systemd-pstore.service",
@@ -226,6 +247,18 @@ def mask_units(root: Path) -> None:
         link.symlink_to("/dev/null")
     for rel in UNWANTED_LINKS:
         (units / rel).unlink(missing_ok=True)
+    # a generator is turned off by a link to /dev/null of its name in /etc (systemd.generator(7)); those this suite
+    # does not ship get none
+    generators = root / "etc/systemd/system-generators"
+    for name in GENERATORS_OFF:
+        shipped = any((found := resolve_in_root(root, f"{d}/{name}")) is not None and os.path.lexists(found)
+                      for d in ("/usr/lib/systemd/system-generators", "/lib/systemd/system-generators"))
+        link = generators / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        if shipped:
+            generators.mkdir(parents=True, exist_ok=True)
+            link.symlink_to("/dev/null")
 
 
 def slurm_prefix(root: Path) -> None:

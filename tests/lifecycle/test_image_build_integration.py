@@ -93,6 +93,12 @@ def test_image_has_the_node_layer(image: tuple[ImageStore, Manifest]) -> None:
     for unit in ("systemd-journal-flush.service", "systemd-remount-fs.service", "run-lock.mount",
                  "netavark-dhcp-proxy.service", "getty@tty1.service"):
         assert os.readlink(wants / unit) == "/dev/null", unit
+    # (recipe 10) and what can find or do nothing in a container: TPM, /dev's static nodes, most generators
+    for unit in ("systemd-tpm2-setup.service", "systemd-tmpfiles-setup-dev.service", "systemd-binfmt.service"):
+        assert os.readlink(wants / unit) == "/dev/null", unit
+    generators = root / "etc/systemd/system-generators"
+    assert os.readlink(generators / "systemd-gpt-auto-generator") == "/dev/null"
+    assert not os.path.lexists(generators / "systemd-fstab-generator")
     assert "ExecStartPre=/usr/sbin/sshd -t" not in (wants / "ssh.service.d/slurmpod.conf").read_text()
     # the accounting database template holds slurmdbd's tables (made once per image), not its build-time user
     template = root / "usr/share/slurmpod/mariadb-datadir"

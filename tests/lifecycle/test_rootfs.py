@@ -278,9 +278,17 @@ class FakeChroot:
 
 def test_node_layer_on_a_fake_tree(tmp_path: Path) -> None:
     root = fake_rootfs(tmp_path / "r")
+    for gen in ("systemd-gpt-auto-generator", "systemd-fstab-generator", "systemd-tpm2-generator"):
+        _exe(root / "usr/lib/systemd/system-generators" / gen)
     chroot = FakeChroot(root)
     nodelayer.apply_node_layer(root, chroot)
     units = root / "etc/systemd/system"
+    # generators that find nothing in a node are off; those a user's script may rely on (fstab) are not; none is
+    # masked that the suite does not ship
+    assert sorted(p.name for p in (root / "etc/systemd/system-generators").iterdir()) == [
+        "systemd-gpt-auto-generator", "systemd-tpm2-generator"]
+    assert os.readlink(root / "etc/systemd/system-generators/systemd-tpm2-generator") == "/dev/null"
+    assert os.readlink(units / "systemd-tpm2-setup.service") == "/dev/null"
     assert os.readlink(units / "getty@tty1.service") == "/dev/null"
     assert not (units / "multi-user.target.wants/slurmd.service").is_symlink()
     assert not (units / "multi-user.target.wants/mariadb.service").is_symlink()
