@@ -122,9 +122,9 @@ def _log_tail(log: Path, n: int = 8) -> str:
         return ""
 
 
-#: moves itself into the cgroup whose ``cgroup.procs`` is argv[1], then execs argv[2:] (``unshare --cgroup``
-#: then makes that cgroup the node's cgroup-namespace root)
-_INTO_CGROUP = "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); os.execvp(sys.argv[2], sys.argv[2:])"
+#: moves itself into the cgroup whose ``cgroup.procs`` is $1, then execs the rest (``unshare --cgroup`` then makes
+#: that cgroup the node's cgroup-namespace root); sh, not a second Python: ~1 ms instead of ~30 ms CPU per boot
+_INTO_CGROUP = 'echo $$ > "$1" && shift && exec "$@"'
 
 
 def write_seed(path: Path, files: Sequence[NodeFile]) -> None:
@@ -148,10 +148,10 @@ def start(netns: str, boot_cfg: dict, instance_dir: Path, cgroup: Path | None = 
     argv = ["nsenter", f"--net={netns_path(netns)}", "unshare", "--uts", "--ipc", "--mount", "--pid",
             *(["--cgroup"] if cgroup is not None else []),
             "--fork", "--kill-child", "--propagation", "private",
-            sys.executable, "-I", str(NODEINIT), str(boot_file)]
+            sys.executable, "-I", "-S", str(NODEINIT), str(boot_file)]  # (stdlib only: no site import)
     if cgroup is not None:
         cgroup.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-I", "-c", _INTO_CGROUP, str(cgroup / "cgroup.procs"), *argv]
+        argv = ["sh", "-c", _INTO_CGROUP, "into-cgroup", str(cgroup / "cgroup.procs"), *argv]
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
     with open(log_path, "ab") as log:
         popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",

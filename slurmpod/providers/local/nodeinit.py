@@ -35,7 +35,6 @@ import base64
 import ctypes
 import json
 import os
-import platform
 import signal
 import socket
 import stat
@@ -196,9 +195,9 @@ def build_root(cfg: dict) -> None:
 
     seed = _take_seed(cfg)
     os.chdir(r)
-    nr = SYS_PIVOT_ROOT.get(platform.machine())
+    nr = SYS_PIVOT_ROOT.get(os.uname().machine)
     if nr is None:
-        raise OSError(f"pivot_root: unsupported architecture {platform.machine()}")
+        raise OSError(f"pivot_root: unsupported architecture {os.uname().machine}")
     _check(_libc.syscall(nr, b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", MNT_DETACH), "umount2 old root")
     os.chdir("/")

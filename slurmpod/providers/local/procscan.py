@@ -157,7 +157,7 @@ def _ref(records: Mapping[tuple[str, str], InstanceRecord], cluster_id: str, ins
 
 def _holder_node(argv: list[str], clusters: str) -> tuple[str, str, bool] | None:
     """(cluster, instance, is_pid1) if ``argv`` is a holder of a boot file under ``clusters``: the
-    ``unshare ... python -I .../nodeinit.py BOOT`` parent, nodeinit itself, or the bash reaper it execs
+    ``unshare ... python -I [-S] .../nodeinit.py BOOT`` parent, nodeinit itself, or the bash reaper it execs
     (``bash -c LOOP slurmpod-nodeinit .../nodeinit.py BOOT``). ``nsenter`` (not yet exec'd) does not count."""
     if len(argv) < 3 or not argv[-2].endswith("/nodeinit.py"):
         return None
@@ -169,7 +169,7 @@ def _holder_node(argv: list[str], clusters: str) -> tuple[str, str, bool] | None
         return m.group(1), m.group(2), False
     if prog == "bash" and len(argv) >= 5 and argv[-3] == "slurmpod-nodeinit":
         return m.group(1), m.group(2), True
-    if prog.startswith("python") and argv[-3] == "-I":
+    if prog.startswith("python") and argv[-3] in ("-I", "-S"):  # ``-I -S`` since the boot trims; ``-I`` before
         return m.group(1), m.group(2), True
     return None
 

@@ -181,6 +181,7 @@ def test_host_and_own_namespaces_and_ancestors_are_never_a_nodes(world: tuple[Pa
 @pytest.mark.parametrize(("argv", "expected"), [
     (["unshare", "--fork", "python3", "-I", "/a/nodeinit.py", "{b}"], ("c", "i-1", False)),
     (["/usr/bin/python3", "-I", "/a/nodeinit.py", "{b}"], ("c", "i-1", True)),
+    (["/usr/bin/python3", "-I", "-S", "/a/nodeinit.py", "{b}"], ("c", "i-1", True)),  # since the boot trims
     (["bash", "-c", "loop", "slurmpod-nodeinit", "/a/nodeinit.py", "{b}"], ("c", "i-1", True)),
     (["nsenter", "--net=/run/netns/x", "unshare", "python3", "-I", "/a/nodeinit.py", "{b}"], None),
     (["vi", "/a/nodeinit.py", "{b}"], None),
