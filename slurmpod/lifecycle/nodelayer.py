@@ -35,7 +35,7 @@ from pathlib import Path
 from slurmpod.domain.slurm_release import SlurmRelease, major_of
 from slurmpod.lifecycle.acctschema import MARIADBD_RUN_DIR, prepare_schema
 from slurmpod.lifecycle.rootfs import RootfsError, dpkg_versions, resolve_in_root
-from slurmpod.slurm.accounting import MARIADB_TEMPLATE
+from slurmpod.slurm.accounting import MARIADB_TEMPLATE, MYSQL_DATADIR
 from slurmpod.slurm.units import PLACEHOLDER, SLURMD_ENV
 
 RECIPE_VERSION = 10
@@ -113,7 +113,10 @@ MARIADB_DROPIN = ("# slurmpod: the accounting host's database\n[Service]\nExecSt
 MARIADB_CNF = ("# slurmpod: Slurm accounting (slurmdbd) settings\n[mysqld]\nskip-name-resolve\nbind-address=127.0.0.1\n"
                "innodb_buffer_pool_size=128M\ninnodb_lock_wait_timeout=900\nskip-ssl\n"
                "innodb_buffer_pool_load_at_startup=OFF\ninnodb_buffer_pool_dump_at_shutdown=OFF\n"
-               "innodb_temp_data_file_path=ibtmp1:1M:autoextend\n")
+               "innodb_temp_data_file_path=ibtmp1:1M:autoextend\n"
+               # the accounting host's database volume is mounted here; MariaDB >= 11.8.6 of Debian (sid) defaults
+               # to /var/lib/mariadb, which is on the root volume a software update replaces
+               f"datadir={MYSQL_DATADIR}\n")
 MARIADB_CNF_CLIENT = ("# MariaDB >= 11.4's clients insist on TLS unless told the server has none\n"
                       "[client-mariadb]\nskip-ssl\n")
 #: slurmdbd after 24.11 (26.05 tried) checks that MariaDB's innodb_snapshot_isolation (ON since MariaDB 11.6) is off:
@@ -315,11 +318,12 @@ def slurm_units(root: Path) -> None:
 
 
 def mariadb_template(root: Path) -> None:
-    """``MARIADB_TEMPLATE``: a sparse copy of ``/var/lib/mysql`` when Debian's postinst initialised it. An empty
-    accounting database volume is seeded from it (~50 ms) instead of running mariadb-install-db (0.6-1 s)."""
-    datadir = root / "var/lib/mysql"
+    """``MARIADB_TEMPLATE``: a sparse copy of the datadir Debian's postinst initialised (``/var/lib/mysql``;
+    ``/var/lib/mariadb`` from MariaDB 11.8.6 of sid on). An empty accounting database volume is seeded from it
+    (~50 ms) instead of running mariadb-install-db (0.6-1 s)."""
     template = root / MARIADB_TEMPLATE.lstrip("/")
-    if not (datadir / "mysql").is_dir() or template.exists():
+    datadir = next((root / d for d in ("var/lib/mysql", "var/lib/mariadb") if (root / d / "mysql").is_dir()), None)
+    if datadir is None or template.exists():
         return
     template.parent.mkdir(parents=True, exist_ok=True)
     r = subprocess.run(["cp", "-a", "--sparse=always", f"{datadir}/.", str(template)],  # noqa: S603, S607

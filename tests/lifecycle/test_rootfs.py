@@ -257,6 +257,11 @@ def test_mariadb_template_is_a_sparse_copy(tmp_path: Path) -> None:
     assert (copy / "ib_logfile0").stat().st_blocks * 512 < 1 << 20
     nodelayer.mariadb_template(tmp_path / "none")  # no initialised datadir: nothing to do
     assert not (tmp_path / "none").exists()
+    sid = tmp_path / "sid"  # MariaDB >= 11.8.6 of Debian sid initialises /var/lib/mariadb
+    (sid / "var/lib/mariadb/mysql").mkdir(parents=True)
+    nodelayer.mariadb_template(sid)
+    assert (sid / nodelayer.MARIADB_TEMPLATE.lstrip("/") / "mysql").is_dir()
+    assert "\ndatadir=/var/lib/mysql\n" in nodelayer.MARIADB_CNF  # the volume, whatever the suite's default
 
 
 class FakeChroot:
