@@ -38,7 +38,7 @@ from slurmpod.lifecycle.rootfs import RootfsError, dpkg_versions, resolve_in_roo
 from slurmpod.slurm.accounting import MARIADB_TEMPLATE, MYSQL_DATADIR
 from slurmpod.slurm.units import PLACEHOLDER, SLURMD_ENV
 
-RECIPE_VERSION = 10
+RECIPE_VERSION = 11
 
 MASKED = (
     "getty@tty1.service", "console-getty.service", "systemd-firstboot.service",
@@ -114,8 +114,8 @@ MARIADB_CNF = ("# slurmpod: Slurm accounting (slurmdbd) settings\n[mysqld]\nskip
                "innodb_buffer_pool_size=128M\ninnodb_lock_wait_timeout=900\nskip-ssl\n"
                "innodb_buffer_pool_load_at_startup=OFF\ninnodb_buffer_pool_dump_at_shutdown=OFF\n"
                "innodb_temp_data_file_path=ibtmp1:1M:autoextend\n"
-               # the accounting host's database volume is mounted here; MariaDB >= 11.8.6 of Debian (sid) defaults
-               # to /var/lib/mariadb, which is on the root volume a software update replaces
+               # (recipe 11) the accounting host's database volume is mounted here; MariaDB >= 11.8.6 of Debian
+               # (sid) defaults to /var/lib/mariadb, which is on the root volume a software update replaces
                f"datadir={MYSQL_DATADIR}\n")
 MARIADB_CNF_CLIENT = ("# MariaDB >= 11.4's clients insist on TLS unless told the server has none\n"
                       "[client-mariadb]\nskip-ssl\n")
