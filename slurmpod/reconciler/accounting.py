@@ -349,6 +349,11 @@ class AccountingService:
         # /run/mysqld, the logs, the volume's mount point (one command)
         write_files(r, [], [(acct.MYSQL_RUN_DIR, 0o755, "mysql"), (acct.MYSQL_LOG_DIR, 0o750, "mysql"),
                             (acct.MYSQL_DATADIR, 0o750, "mysql")])
+        # the database volume outlives root volumes: after a software update to another suite its files belong to
+        # the old image's mysql uid (trixie's 100, sid's 992), which the new mariadbd cannot open
+        _check(r, ["sh", "-c", 'd=$1; [ -z "$(find "$d" -xdev \\( ! -user mysql -o ! -group mysql \\) -print -quit)" ] '
+                   '|| exec chown -R mysql:mysql "$d"', "sh", acct.MYSQL_DATADIR], "giving the datadir to mysql",
+               timeout=300)
         running = (units.active(r, "mariadb") if systemd
                    else control.read_pid(r, acct.MYSQL_PID_FILE, "mariadbd") is not None)
         if not running:
