@@ -75,9 +75,15 @@ def test_controller_failover(local_server):
         meta = json.loads(next(state.glob(f"local/**/{primary['InstanceId']}/meta.json")).read_text())
         os.kill(meta["holder_pid"], signal.SIGKILL)
         t0 = time.monotonic()
-        while in_node(state, "ha", "compute-group", "squeue", "-h", timeout=30).returncode != 0 or \
-                in_node(state, "ha", "compute-group", "sbatch", "--wrap=true", "-o", "/dev/null").returncode != 0:
-            assert time.monotonic() - t0 < 40, "no controller answered"
+        while (sq := in_node(state, "ha", "compute-group", "squeue", "-h", timeout=30)).returncode != 0 or \
+                (sb := in_node(state, "ha", "compute-group", "sbatch", "--wrap=true", "-o", "/dev/null")).returncode:
+            if time.monotonic() - t0 >= 40:  # what the clients and the controllers said, for the next reader
+                ping = in_node(state, "ha", "compute-group", "scontrol", "ping", timeout=30)
+                nodes = [(n["InstanceId"], n["InstanceStatus"]["Status"])
+                         for n in c.list_cluster_nodes(ClusterName="ha")["ClusterNodeSummaries"]]
+                raise AssertionError(f"no controller answered: squeue {sq.stderr.strip()[-300:]!r}; sbatch "
+                                     f"{(sb.stderr.strip()[-300:] if sq.returncode == 0 else '(not run)')!r}; "
+                                     f"scontrol ping {ping.stdout.strip()!r}; nodes {nodes}")
             time.sleep(0.5)
         took = time.monotonic() - t0
         # (how long it takes is measured, not asserted: the loop above bounds it; SlurmctldTimeout=10 s + retries)
