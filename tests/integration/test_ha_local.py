@@ -77,7 +77,9 @@ def test_controller_failover(local_server):
         t0 = time.monotonic()
         while (sq := in_node(state, "ha", "compute-group", "squeue", "-h", timeout=30)).returncode != 0 or \
                 (sb := in_node(state, "ha", "compute-group", "sbatch", "--wrap=true", "-o", "/dev/null")).returncode:
-            if time.monotonic() - t0 >= 40:  # what the clients and the controllers said, for the next reader
+            # (a liveness bound, not a speed target: 40 s failed twice here under the other worker's load, once per
+            # Slurm release, and passed alone each time; past it, what the clients and the controllers said)
+            if time.monotonic() - t0 >= 60:
                 ping = in_node(state, "ha", "compute-group", "scontrol", "ping", timeout=30)
                 nodes = [(n["InstanceId"], n["InstanceStatus"]["Status"])
                          for n in c.list_cluster_nodes(ClusterName="ha")["ClusterNodeSummaries"]]
