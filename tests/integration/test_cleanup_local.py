@@ -228,6 +228,12 @@ def test_cleanup_after_a_partial_cleanup_of_another_install(local_state: Path, t
         shutil.rmtree(state / "local" / "clusters" / cluster_id)
         assert all(_stat(pid) is not None for pid in before), "the nodes must survive the partial cleanup"
         _cleanup_and_verify(state, cluster_id, net_inos, mnt_inos, before, expect_netns=False)
+        # the nodes' cgroups too, found through their processes (their records were gone)
+        from slurmpod.providers.local.holder import node_cgroup
+
+        iids = {a[-1].rsplit("/instances/", 1)[1].split("/")[0] for a in holders}
+        left = [c for i in iids if (c := node_cgroup(i)) is not None and c.exists()]
+        assert iids and not left, left
     finally:
         srv.stop()
         _kill_by_pid(before)
