@@ -2,9 +2,11 @@
 
 * Boot hygiene: units a node does not need are masked; the Slurm daemons, slurmdbd and MariaDB are not enabled
   (the node's boot enables the one its role needs); Docker and podman's API start on first use (their sockets),
-  not at boot; the build-time munge key, ssh host keys and machine-id are
-  removed (per node, not per image); sshd makes one ed25519 host key at first start; journald is volatile (16M);
-  ``/etc/.updated`` and ``/var/.updated`` say the image is up to date (no ConditionNeedsUpdate work at boot).
+  not at boot, and so do sshd (``ssh.socket``, where the suite's sshd takes the socket: trixie on), D-Bus and
+  systemd-logind (bus activation: the first ``su -``, ssh login or ``loginctl`` starts them); the build-time
+  munge key, ssh host keys and machine-id are removed (per node, not per image); sshd makes one ed25519 host key
+  at first start; journald is volatile (16M); ``/etc/.updated`` and ``/var/.updated`` say the image is up to date
+  (no ConditionNeedsUpdate work at boot).
 * HyperPod's node contract: Slurm under ``/opt/slurm`` (``bin/``, ``sbin/`` linking Debian's binaries,
   ``etc/`` a real directory that ``/etc/slurm`` points to), ``/etc/systemd/system/slurmd.service`` with the
   literal ``${SLURMD_OPTIONS}`` placeholder AWS's ``start_slurm.sh`` renders with envsubst, ``slurmctld.service``
@@ -38,7 +40,7 @@ from slurmpod.lifecycle.rootfs import RootfsError, dpkg_versions, resolve_in_roo
 from slurmpod.slurm.accounting import MARIADB_TEMPLATE, MYSQL_DATADIR
 from slurmpod.slurm.units import PLACEHOLDER, SLURMD_ENV
 
-RECIPE_VERSION = 11
+RECIPE_VERSION = 12
 
 MASKED = (
     "getty@tty1.service", "console-getty.service", "systemd-firstboot.service",
@@ -88,6 +90,10 @@ UNWANTED_LINKS = (
     "default.target.wants/podman.service", "default.target.wants/podman-auto-update.service",
     "default.target.wants/podman-restart.service", "timers.target.wants/podman-auto-update.timer",
 )
+#: (recipe 12) Debian's own links (in /usr/lib, which /etc cannot override without masking) that start D-Bus and
+#: logind at every boot. Both stay available: dbus.socket listens from sockets.target and the system bus starts
+#: logind when a client asks for org.freedesktop.login1 (pam_systemd at a login, loginctl). ~60 ms of CPU per boot.
+VENDOR_WANTS_OFF = ("multi-user.target.wants/dbus.service", "multi-user.target.wants/systemd-logind.service")
 SLURM_CLIENTS = ("sinfo", "squeue", "srun", "sbatch", "salloc", "scontrol", "scancel", "sacct", "sacctmgr",
                  "sstat", "sshare", "sprio", "sreport", "sattach", "sbcast", "sdiag")
 SLURM_DAEMONS = ("slurmd", "slurmctld", "slurmdbd")
@@ -264,6 +270,27 @@ def mask_units(root: Path) -> None:
             link.symlink_to("/dev/null")
 
 
+def on_demand(root: Path) -> None:
+    """(recipe 12) D-Bus and logind start when first used (``VENDOR_WANTS_OFF``); sshd likewise, through
+    ``ssh.socket``, where the image's socket unit hands sshd its listening socket (``Accept=no``: trixie's OpenSSH);
+    an ``Accept=yes`` socket (bookworm) would run a per-connection ``sshd -i`` without the host key the service
+    makes at first start, so there ssh.service stays enabled."""
+    for rel in VENDOR_WANTS_OFF:
+        wants, name = rel.split("/")
+        found = resolve_in_root(root, f"/usr/lib/systemd/system/{wants}")
+        if found is not None and (found / name).is_symlink():
+            (found / name).unlink()
+    socket = resolve_in_root(root, "/usr/lib/systemd/system/ssh.socket")
+    units = root / "etc/systemd/system"
+    if socket is None or not socket.is_file() or "Accept=no" not in socket.read_text().replace(" ", ""):
+        return
+    (units / "multi-user.target.wants/ssh.service").unlink(missing_ok=True)
+    link = units / "sockets.target.wants/ssh.socket"
+    if not os.path.lexists(link):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to("/usr/lib/systemd/system/ssh.socket")
+
+
 def slurm_prefix(root: Path) -> None:
     """``/opt/slurm/{bin,sbin}`` -> Debian's binaries; ``/opt/slurm/etc`` real, ``/etc/slurm`` -> it."""
     opt = root / "opt/slurm"
@@ -428,6 +455,7 @@ def mark_updated(root: Path) -> None:
 def apply_node_layer(root: Path, chroot: Chroot) -> None:
     """Applies the whole layer to the tree at ``root``; ``chroot`` runs the steps that need the image's tools."""
     mask_units(root)
+    on_demand(root)
     slurm_prefix(root)
     slurm_units(root)
     per_node_files(root)

@@ -47,7 +47,9 @@ UNITS: dict[str, str] = {
 }
 _WANTS = "/etc/systemd/system/multi-user.target.wants"
 
-WRAPPER = """#!/usr/bin/python3
+#: ``-I -S``: the programs are standard library only, so no site-packages scan, .pth files or user site at each
+#: start (the health agent starts at every compute node's boot)
+WRAPPER = """#!/usr/bin/python3 -I -S
 # slurmpod node program (written at boot by slurmpod; the code is in {package})
 import sys
 sys.path.insert(0, "{prefix}")

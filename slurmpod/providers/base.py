@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class ProviderError(Exception):
@@ -149,6 +149,15 @@ class CommandRunner(Protocol):
 
     def interactive_argv(self, argv: Sequence[str]) -> list[str]:
         """The host argv that runs ``argv`` inside the instance attached to the caller's terminal."""
+        ...
+
+
+@runtime_checkable
+class InitAware(Protocol):
+    """A runner that knows, without running anything in the instance, whether systemd is its PID 1."""
+
+    def runs_systemd(self) -> bool | None:
+        """True or False when known (the provider booted the instance), None when only the instance can tell."""
         ...
 
 

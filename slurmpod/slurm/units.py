@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import slurmpod.slurm.control as control
-from slurmpod.providers.base import CommandRunner, NodeFile
+from slurmpod.providers.base import CommandRunner, InitAware, NodeFile
 from slurmpod.providers.nodefiles import write_files
 
 SYSTEMD_RUN_DIR = "/run/systemd/system"
@@ -49,7 +49,11 @@ exec /usr/sbin/slurmd "$@"
 
 
 def uses_systemd(runner: CommandRunner) -> bool:
-    """Whether the node runs systemd as PID 1 (``/run/systemd/system`` exists only then)."""
+    """Whether the node runs systemd as PID 1: what its runner knows (``InitAware``), else whether
+    ``/run/systemd/system`` exists in it (only then)."""
+    known = runner.runs_systemd() if isinstance(runner, InitAware) else None
+    if known is not None:
+        return known
     return control._run(runner, ["test", "-d", SYSTEMD_RUN_DIR], timeout=10).returncode == 0
 
 

@@ -100,6 +100,12 @@ def test_image_has_the_node_layer(image: tuple[ImageStore, Manifest]) -> None:
     assert os.readlink(generators / "systemd-gpt-auto-generator") == "/dev/null"
     assert not os.path.lexists(generators / "systemd-fstab-generator")
     assert "ExecStartPre=/usr/sbin/sshd -t" not in (wants / "ssh.service.d/slurmpod.conf").read_text()
+    # (recipe 12) sshd, D-Bus and logind start on first use: trixie's ssh.socket hands sshd its listener
+    assert os.readlink(wants / "sockets.target.wants/ssh.socket") == "/usr/lib/systemd/system/ssh.socket"
+    assert not os.path.lexists(wants / "multi-user.target.wants/ssh.service")
+    for unit in ("dbus.service", "systemd-logind.service"):
+        assert not os.path.lexists(root / "usr/lib/systemd/system/multi-user.target.wants" / unit), unit
+        assert (root / "usr/lib/systemd/system" / unit).is_file(), unit
     # the accounting database template holds slurmdbd's tables (made once per image), not its build-time user
     template = root / "usr/share/slurmpod/mariadb-datadir"
     assert int((template / ".slurmpod-schema").read_text()) >= 10 and (template / "slurm_acct_db").is_dir()

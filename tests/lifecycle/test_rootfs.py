@@ -281,6 +281,39 @@ class FakeChroot:
         return ""
 
 
+@pytest.mark.parametrize("accept", ["no", "yes"])
+def test_node_layer_starts_sshd_dbus_and_logind_on_demand(tmp_path: Path, accept: str) -> None:
+    """(recipe 12) D-Bus and logind are not started at boot (Debian's /usr/lib links are gone, their units and the
+    bus activation stay); sshd starts from ssh.socket where that socket hands sshd its listener (Accept=no), and
+    stays a boot service where it would run a per-connection sshd (Accept=yes)."""
+    root = fake_rootfs(tmp_path / "r")
+    vendor = root / "usr/lib/systemd/system"
+    (vendor / "multi-user.target.wants").mkdir()
+    (vendor / "sockets.target.wants").mkdir()
+    for unit in ("dbus.service", "systemd-logind.service", "systemd-user-sessions.service"):
+        (vendor / unit).write_text("[Unit]\n")
+        (vendor / "multi-user.target.wants" / unit).symlink_to(f"../{unit}")
+    (vendor / "dbus.socket").write_text("[Socket]\n")
+    (vendor / "sockets.target.wants/dbus.socket").symlink_to("../dbus.socket")
+    (vendor / "ssh.service").write_text("[Service]\nExecStart=/usr/sbin/sshd -D\n")
+    (vendor / "ssh.socket").write_text(f"[Socket]\nListenStream=22\nAccept = {accept}\n")
+    etc = root / "etc/systemd/system"
+    (etc / "multi-user.target.wants/ssh.service").symlink_to("/usr/lib/systemd/system/ssh.service")
+    nodelayer.apply_node_layer(root, FakeChroot(root))
+    wants = sorted(p.name for p in (vendor / "multi-user.target.wants").iterdir())
+    assert wants == ["systemd-user-sessions.service"]
+    assert (vendor / "sockets.target.wants/dbus.socket").is_symlink()
+    assert (vendor / "systemd-logind.service").is_file()
+    on_socket = accept == "no"
+    assert os.path.lexists(etc / "sockets.target.wants/ssh.socket") is on_socket
+    assert os.path.lexists(etc / "multi-user.target.wants/ssh.service") is not on_socket
+    if on_socket:
+        assert os.readlink(etc / "sockets.target.wants/ssh.socket") == "/usr/lib/systemd/system/ssh.socket"
+    before = scan_tree(root).digest
+    nodelayer.apply_node_layer(root, FakeChroot(root))
+    assert scan_tree(root).digest == before
+
+
 def test_node_layer_on_a_fake_tree(tmp_path: Path) -> None:
     root = fake_rootfs(tmp_path / "r")
     for gen in ("systemd-gpt-auto-generator", "systemd-fstab-generator", "systemd-tpm2-generator"):

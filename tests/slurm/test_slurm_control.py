@@ -12,7 +12,7 @@ import pytest
 
 from slurmpod.providers.base import CommandResult
 from slurmpod.slurm import control
-from slurmpod.slurm.admin import NODES_JSON, SlurmControl
+from slurmpod.slurm.admin import NODES_JSON, SOME_NODES_JSON, SlurmControl
 from slurmpod.slurm.conf import SlurmTopology, render_cgroup_conf, render_slurm_conf
 from slurmpod.slurm.control import SlurmError
 
@@ -29,6 +29,7 @@ class FakeRunner:
 
     handlers: list[Handler] = field(default_factory=list)
     calls: list[tuple[list[str], bytes | None, float]] = field(default_factory=list)
+    named: list[str | None] = field(default_factory=list)  # each node-JSON query: its comma list (None: all)
 
     def on(self, prefix: Sequence[str], *results: CommandResult) -> None:
         """Answer argv starting with ``prefix`` with ``results`` in turn (the last one repeats)."""
@@ -54,7 +55,10 @@ class FakeRunner:
         assert 0 < timeout <= 120
         if argv[:3] == ["sh", "-c", control._READ_PID]:
             return self._read_pid(argv[4], argv[5], timeout)
-        if argv == ["sh", "-c", NODES_JSON]:  # scontrol's JSON (Slurm >= 23.02), else sinfo's
+        if argv == ["sh", "-c", NODES_JSON] or argv[:3] == ["sh", "-c", SOME_NODES_JSON]:
+            # scontrol's JSON (Slurm >= 23.02), else sinfo's; the named nodes' query is answered with all of them
+            # (as 22.05's sinfo does): SlurmControl keeps the named ones
+            self.named.append(argv[4] if len(argv) > 4 else None)
             res = self.run(["scontrol", "show", "nodes", "--json"], timeout=timeout)
             return res if res.returncode == 0 and res.stdout else self.run(["sinfo", "--json"], timeout=timeout)
         self.calls.append((list(argv), input, timeout))
@@ -340,3 +344,9 @@ def test_nodes_and_wait() -> None:
     r.on(["sinfo", "--json"], CommandResult(0, (SAMPLES / "sinfo_mixed_states.json").read_text(), ""))
     assert sc.wait_for_idle(["ip-10-239-77-13"], timeout=1) == {"ip-10-239-77-13"}
     assert sc.wait_for_idle(["ip-10-239-77-12"], timeout=1) == set()
+    # each wait asks Slurm for its own nodes only (a comma list), never the whole cluster's JSON
+    assert set(r.named) >= {"ip-10-239-77-11,ip-10-239-77-13", "ip-10-239-77-11,ip-9-9-9-9", "ip-10-239-77-12"}
+    assert None not in r.named
+    assert sc.nodes([]) == []
+    all_nodes = sc.nodes()
+    assert r.named[-1] is None and len(all_nodes) > 1

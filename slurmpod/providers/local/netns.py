@@ -116,6 +116,14 @@ def _disable_ipv6(link: str) -> None:
         pass
 
 
+def link_up(name: str) -> bool:
+    """Whether link ``name`` is administratively up (IFF_UP in its sysfs flags)."""
+    try:
+        return bool(int(Path(f"/sys/class/net/{name}/flags").read_text(), 16) & 0x1)
+    except (OSError, ValueError):
+        return False
+
+
 def ensure_bridge(name: str, subnet: str, alias: str) -> None:
     """Creates the cluster bridge with the host's .1 address (idempotent)."""
     cidr = f"{gateway_ip(subnet)}/{ipaddress.IPv4Network(subnet).prefixlen}"

@@ -133,7 +133,8 @@ class LocalProvider:
             if current and current != self._alias:
                 raise PermanentProviderError(f"bridge {bridge} belongs to another state dir ({current})")
             if current == self._alias:
-                host_run(["ip", "link", "set", bridge, "up"])
+                if not netns.link_up(bridge):  # every launch comes here: no `ip` command when it is up
+                    host_run(["ip", "link", "set", bridge, "up"])
                 return
         netns.ensure_bridge(bridge, subnet, self._alias)
 
@@ -293,13 +294,14 @@ class LocalProvider:
         rec.mntns, rec.netns_inode = boot.mntns, boot.netns_inode
         rec.boots += 1
         rec.save(inst / "meta.json")
-        probe = subprocess.run([*nsenter_argv(rec.holder_pid), "--", "true"], capture_output=True,
-                               timeout=10, stdin=subprocess.DEVNULL)
-        if probe.returncode != 0:
-            raise TemporaryProviderError(f"node {rec.instance_id} booted but nsenter failed: "
-                                         f"{probe.stderr.decode(errors='replace').strip()}")
         if cgroup is not None:
-            wait_started(rec.holder_pid, rec.instance_id, inst / "holder.log")
+            wait_started(rec.holder_pid, rec.instance_id, inst / "holder.log")  # its systemctl is the probe
+        else:
+            probe = subprocess.run([*nsenter_argv(rec.holder_pid), "--", "true"], capture_output=True,
+                                   timeout=10, stdin=subprocess.DEVNULL)
+            if probe.returncode != 0:
+                raise TemporaryProviderError(f"node {rec.instance_id} booted but nsenter failed: "
+                                             f"{probe.stderr.decode(errors='replace').strip()}")
         self.last_boot_seconds = time.monotonic() - t0
 
     def _stop(self, rec: InstanceRecord) -> None:
@@ -391,7 +393,11 @@ class LocalProvider:
                 raise TemporaryProviderError(f"instance {instance_id} is not running")
             return rec.holder_pid
 
-        return LocalRunner(resolve)
+        def systemd() -> bool | None:
+            rec = InstanceRecord.load(self._meta(cluster_id, instance_id))
+            return None if rec is None else systemd_image(rec.image_root)
+
+        return LocalRunner(resolve, systemd)
 
     # ------------------------------------------------------------------ instance metadata (imds.py)
 

@@ -24,11 +24,16 @@ class LocalRunner:
     """Runs argv lists inside one node as root.
 
     ``resolve`` returns the node's current holder PID (it changes on reboot) or raises
-    ``TemporaryProviderError`` when the node is not running.
+    ``TemporaryProviderError`` when the node is not running; ``systemd`` (optional) says whether the node's image
+    boots systemd (None: unknown), so callers need no command in the node to find out.
     """
 
-    def __init__(self, resolve: Callable[[], int]) -> None:
+    def __init__(self, resolve: Callable[[], int], systemd: Callable[[], bool | None] | None = None) -> None:
         self._resolve = resolve
+        self._systemd = systemd
+
+    def runs_systemd(self) -> bool | None:
+        return self._systemd() if self._systemd is not None else None
 
     def run(
         self,

@@ -108,6 +108,8 @@ def wait_started(holder_pid: int, instance_id: str, log_path: Path, timeout: flo
             raise TemporaryProviderError(f"node {instance_id}: systemd did not finish starting within "
                                          f"{timeout:.0f}s") from exc
         state = res.stdout.strip()
+        if res.returncode != 0 and res.stderr.startswith("nsenter:"):
+            raise TemporaryProviderError(f"node {instance_id} booted but nsenter failed: {res.stderr.strip()}")
         if state in ("offline", ""):
             if time.monotonic() >= deadline:
                 break
