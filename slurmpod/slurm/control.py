@@ -397,12 +397,14 @@ def start_slurmd(
     if not prepared:
         ensure_dir(runner, "/var/log/slurm", 0o755, "slurm")
         ensure_dir(runner, SLURMD_SPOOL_DIR, 0o755)
+    ready = False
     if units.uses_systemd(runner):
-        units.start_slurmd(runner, conf_servers, units.node_conf(cpus, real_memory, feature, gres),
-                           prepared=prepared)
+        ready = units.start_slurmd(runner, conf_servers, units.node_conf(cpus, real_memory, feature, gres),
+                                   prepared=prepared)
     elif read_pid(runner, SLURMD_PID_FILE, "slurmd") is None:
         _check(runner, slurmd_argv(conf_servers, cpus, real_memory, feature, gres), log=SLURMD_LOG_FILE)
-    if not _wait(lambda: read_pid(runner, SLURMD_PID_FILE, "slurmd") is not None, timeout, sleep, clock):
+    if not ready and not _wait(lambda: read_pid(runner, SLURMD_PID_FILE, "slurmd") is not None, timeout, sleep,
+                               clock):
         raise SlurmError("slurmd did not start", log_tail(runner, SLURMD_LOG_FILE))
     link_opt_slurm_conf(runner, CONFIGLESS_SLURM_CONF)
 

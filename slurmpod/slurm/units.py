@@ -168,15 +168,22 @@ def prepare_slurmd(runner: CommandRunner, node_conf: str | None) -> None:
     write_files(runner, slurmd_files(node_conf))
 
 
+def slurmd_env(conf_servers: Sequence[str]) -> NodeFile:
+    """``SLURMD_ENV`` for these conf servers: what ``start_slurmd`` writes (a compute node's baseline writes it
+    with its other files when the controllers' addresses are known, so the start finds it current)."""
+    return NodeFile(SLURMD_ENV, f"SLURMD_OPTIONS=--conf-server {','.join(conf_servers)}\n".encode(), 0o644)
+
+
 def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], node_conf: str, *,
-                 prepared: bool = False) -> None:
+                 prepared: bool = False) -> bool:
     """Starts slurmd with ``--conf-server`` (as start_slurm.sh's envsubst would) and enables it; a running slurmd
     started with another conf-server list is restarted (job steps survive a slurmd restart).
 
     A unit that still has the ``${SLURMD_OPTIONS}`` placeholder and reads ``SLURMD_ENV`` (the node layer's) gets
     the options from that file: no unit rewrite, no daemon-reload (~0.2 s of every compute node's boot). A unit a
     lifecycle script rendered, or an image's without that file, is rendered from the template as before.
-    ``prepared``: ``prepare_slurmd`` ran at the node's boot (its baseline), before any lifecycle script."""
+    ``prepared``: ``prepare_slurmd`` ran at the node's boot (its baseline), before any lifecycle script.
+    True when systemd has confirmed slurmd ready (a ``Type=notify`` unit started): no need to look for it."""
     if not prepared:
         prepare_slurmd(runner, node_conf)
     options = f"--conf-server {','.join(conf_servers)}"
@@ -185,12 +192,14 @@ def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], node_conf: 
                                  SLURMD_ENV], timeout=10).stdout
     live, _, env_now = both.partition("\0")
     if PLACEHOLDER in live and f"EnvironmentFile=-{SLURMD_ENV}" in live:
-        env = f"SLURMD_OPTIONS={options}\n"
-        changed = env_now != env
+        env = slurmd_env(conf_servers)
+        changed = env_now.encode() != env.content
         if changed:
-            control.write_file(runner, SLURMD_ENV, env.encode(), 0o644)
-        start(runner, "slurmd", restart=changed)  # a running slurmd with other options: restarted
-        return
+            control.write_file(runner, SLURMD_ENV, env.content, 0o644)
+        # a running slurmd with other options is restarted; one started before the file was current (by a
+        # lifecycle script, or by systemd at a reboot) runs on the same options: left alone
+        start(runner, "slurmd", restart=changed)
+        return _notify(live)
     template = control._run(runner, ["cat", SLURMD_TEMPLATE], timeout=10)
     if template.returncode == 0 and PLACEHOLDER in template.stdout:
         unit = template.stdout.replace(PLACEHOLDER, options)
@@ -205,6 +214,12 @@ def start_slurmd(runner: CommandRunner, conf_servers: Sequence[str], node_conf: 
         if active(runner, "slurmd"):
             systemctl(runner, "restart", "slurmd")
     start(runner, "slurmd")
+    return _notify(unit)
+
+
+def _notify(unit: str) -> bool:
+    """A ``Type=notify`` unit is active only once the daemon said it is ready."""
+    return any(line.replace(" ", "").strip() == "Type=notify" for line in unit.splitlines())
 
 
 def node_conf(cpus: int, real_memory: int, feature: str, gres: str | None = None) -> str:

@@ -98,5 +98,12 @@ def test_nodes_are_systemd_hosts_of_their_image(image_server: tuple[ServerProces
             time.sleep(0.3)
         assert int(_sh(state, "compute-group", "systemctl show slurmd -p NRestarts --value")) >= 1
         assert "slurmd" in _sh(state, "compute-group", "journalctl -u slurmd --no-pager -n 5")
+        # slurmd runs on the options of its env file (the baseline wrote it: the controller's address)
+        ctl_ip = _sh(state, "controller-group", "hostname -I").split()[0]
+        assert _sh(state, "compute-group", "cat /etc/slurmpod/slurmd.env") == \
+            f"SLURMD_OPTIONS=--conf-server {ctl_ip}:6817"
+        # sshd, D-Bus and logind start on first use (recipe 12): a login through su starts logind
+        assert _sh(state, "compute-group", "systemctl is-active ssh.socket") == "active"
+        assert _sh(state, "compute-group", "su - ubuntu -c true; systemctl is-active systemd-logind") == "active"
     finally:
         marker.unlink(missing_ok=True)

@@ -286,6 +286,32 @@ def test_start_slurmd_argv() -> None:
     assert ["sh", "-c", control.LINK_OPT_SLURM_CONF, "sh", "/run/slurm/conf/slurm.conf"] in r.argvs()
 
 
+@pytest.mark.parametrize("unit_type", ["notify", "simple"])
+def test_start_slurmd_on_a_systemd_node(unit_type: str) -> None:
+    """The node layer's unit: options from its env file (written only when they differ: a compute node's baseline
+    wrote them), one START; a Type=notify unit is ready once started (no pid check), a simple one is looked for."""
+    from slurmpod.slurm import units
+
+    r, clock = FakeRunner(), FakeClock()
+    servers = control.conf_server_arg(["10.0.0.10"])
+    unit = (f"[Service]\nType={unit_type}\nEnvironmentFile=-{units.SLURMD_ENV}\n"
+            f"ExecStart=/opt/slurm/sbin/slurmd --systemd {units.PLACEHOLDER}\n")
+    env = units.slurmd_env(servers)
+    assert env.path == units.SLURMD_ENV and env.content == b"SLURMD_OPTIONS=--conf-server 10.0.0.10:6817\n"
+    r.on(["test", "-d", "/run/systemd/system"], OK)
+    r.on(["sh", "-c", 'cat "$1"; printf "\\0"; cat "$2" 2>/dev/null'],
+         CommandResult(0, unit + "\0" + env.content.decode(), ""))
+    r.on(["cat", "/run/slurmd.pid"], CommandResult(0, "9\n", ""))
+    r.on(["cat", "/proc/9/comm"], CommandResult(0, "slurmd\n", ""))
+    control.start_slurmd(r, servers, 2, 1000, "compute", sleep=clock.sleep, clock=clock, prepared=True)
+    argvs = r.argvs()
+    assert not any(a[0] in ("install", "mv") for a in argvs)  # the env file was current
+    assert [a[3:] for a in argvs if a[:3] == ["sh", "-c", units.START]] == [["sh", "slurmd", "enable", "keep"]]
+    looked = ["cat", "/run/slurmd.pid"] in argvs
+    assert looked is (unit_type == "simple")
+    assert argvs[-1] == ["sh", "-c", control.LINK_OPT_SLURM_CONF, "sh", "/run/slurm/conf/slurm.conf"]
+
+
 def test_configure_login_writes_a_copy() -> None:
     r = FakeRunner()
     control.configure_login(r, CONF)
