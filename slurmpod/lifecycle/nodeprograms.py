@@ -47,9 +47,10 @@ UNITS: dict[str, str] = {
 }
 _WANTS = "/etc/systemd/system/multi-user.target.wants"
 
-#: ``-I -S``: the programs are standard library only, so no site-packages scan, .pth files or user site at each
-#: start (the health agent starts at every compute node's boot)
-WRAPPER = """#!/usr/bin/python3 -I -S
+#: ``-IS`` (isolated, no site): the programs are standard library only, so no site-packages scan, .pth files or
+#: user site at each start (the health agent starts at every compute node's boot). One word: the kernel passes
+#: everything after the interpreter as a single argument ("-I -S" makes python3 fail with "Unknown option: - ")
+WRAPPER = """#!/usr/bin/python3 -IS
 # slurmpod node program (written at boot by slurmpod; the code is in {package})
 import sys
 sys.path.insert(0, "{prefix}")

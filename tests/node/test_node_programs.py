@@ -136,3 +136,23 @@ def test_the_wrappers_run_the_shipped_modules(tmp_path: Path) -> None:
             "from slurmpod_node import fault; sys.exit(fault.main(['list']))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and json.loads(r.stdout) == {}
+
+
+def test_a_wrapper_runs_through_its_shebang_as_the_kernel_splits_it(tmp_path: Path) -> None:
+    """The kernel passes everything after a shebang's interpreter as ONE argument: the wrapper's options must
+    work that way (``#!/usr/bin/python3 -I -S`` made every node program fail with "Unknown option: - ")."""
+    import subprocess
+    import sys
+
+    prefix = tmp_path / "lib"
+    for name, content in nodeprograms.modules().items():
+        (prefix / "slurmpod_node").mkdir(parents=True, exist_ok=True)
+        (prefix / "slurmpod_node" / name).write_bytes(content)
+    script = tmp_path / "slurmpod-fault"
+    script.write_text(nodeprograms.WRAPPER.format(package=prefix / "slurmpod_node", prefix=prefix, module="fault"))
+    line = script.read_text().splitlines()[0]
+    assert line.startswith("#!/usr/bin/python3")
+    _, _, arg = line[2:].strip().partition(" ")
+    argv = [sys.executable, *([arg.strip()] if arg.strip() else []), str(script), "list"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and json.loads(r.stdout) == {}, r.stderr
