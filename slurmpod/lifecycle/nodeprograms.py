@@ -4,8 +4,8 @@ that boots it, whatever its image, with no image rebuild when they change.
 * the package's modules under ``/usr/lib/slurmpod/slurmpod_node/``;
 * one small executable per program under ``/usr/lib/slurmpod/bin/`` (``ENTRY_POINTS``) that runs it with the
   image's ``python3``;
-* systemd units for the node's agents (``UNITS``), enabled by a ``multi-user.target.wants`` link (the boot files
-  are written before systemd starts).
+* systemd units for the node's agents (``UNITS``), enabled by a ``.wants`` link of the unit that pulls them in
+  (the health agent: slurmd's).
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ ENTRY_POINTS: dict[str, str] = {
     "slurmpod-container": "container",  # run by the containers SPANK plugin (srun --container-image)
 }
 HEALTH_CONFIG = "/etc/slurmpod/health.json"  # health_agent.CONFIG_FILE: only compute nodes get it
+#: The agent starts with slurmd (a ``slurmd.service.wants`` link, after it): what it watches is a node in Slurm, and a
+#: compute node's slurmd starts after its lifecycle scripts, not at boot (its passes before that found no slurmd).
+#: It stays up when slurmd stops or dies: that is a fault it reports.
 HEALTH_UNIT = f"""[Unit]
 Description=slurmpod health monitoring agent (HyperPod's HMA): marks a faulty node Action:Replace/Reboot in Slurm
 After=munge.service slurmd.service
@@ -39,13 +42,12 @@ RestartSec=5
 Nice=10
 
 [Install]
-WantedBy=multi-user.target
+WantedBy=slurmd.service
 """
-#: unit file name -> unit text (enabled on every node that gets the programs)
-UNITS: dict[str, str] = {
-    "slurmpod-health.service": HEALTH_UNIT,
+#: unit file name -> (unit text, the unit whose start pulls it in)
+UNITS: dict[str, tuple[str, str]] = {
+    "slurmpod-health.service": (HEALTH_UNIT, "slurmd.service"),
 }
-_WANTS = "/etc/systemd/system/multi-user.target.wants"
 
 #: ``-IS`` (isolated, no site): the programs are standard library only, so no site-packages scan, .pth files or
 #: user site at each start (the health agent starts at every compute node's boot). One word: the kernel passes
@@ -77,7 +79,7 @@ def program_files() -> list[NodeFile]:
     for exe, module in sorted(ENTRY_POINTS.items()):
         files.append(NodeFile(f"{BIN}/{exe}", WRAPPER.format(package=PACKAGE_DIR, prefix=PREFIX,
                                                               module=module).encode(), 0o755))
-    for unit, text in sorted(UNITS.items()):
+    for unit, (text, wanted_by) in sorted(UNITS.items()):
         files.append(NodeFile(f"/etc/systemd/system/{unit}", text.encode(), 0o644))
-        files.append(NodeFile(f"{_WANTS}/{unit}", link=f"/etc/systemd/system/{unit}"))
+        files.append(NodeFile(f"/etc/systemd/system/{wanted_by}.wants/{unit}", link=f"/etc/systemd/system/{unit}"))
     return files

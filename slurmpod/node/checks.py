@@ -221,10 +221,10 @@ def check_memory(meminfo: str = "/proc/meminfo") -> Result:
     return Result("memory", True, f"{avail // 1024} MiB available")
 
 
-def run_all(compute: bool, rpc: bool = True) -> list[Result]:
+def run_all(compute: bool, rpc: bool = True, slurmd: Result | None = None) -> list[Result]:
     """Every check that applies to this node (slurmd and GPUs only where slurmd runs); without ``rpc`` only the
-    cheap ones (no process is started: the agent's every-pass set)."""
+    cheap ones (no process is started: the agent's every-pass set). ``slurmd``: slurmd's check, already run."""
     results = [check_munge(rpc), check_disk(), check_memory()]
     if compute:
-        results += [check_slurmd(rpc), check_gpus()]
+        results += [slurmd or check_slurmd(rpc), check_gpus()]
     return results

@@ -95,9 +95,13 @@ class Agent:
         self.strikes: dict[str, int] = {}
         self.marked: dict[str, Any] | None = None
         self._last_rpc = 0.0
+        self._fresh: checks.Result | None = None
 
     def arm(self) -> None:
-        if not self.armed and checks.check_slurmd(rpc=True).ok:
+        if self.armed:
+            return
+        self._fresh = checks.check_slurmd(rpc=True)
+        if self._fresh.ok:
             self.armed = True
             _log({"level": "info", "msg": f"health monitoring armed on {self.hostname}: slurmd answers"})
 
@@ -107,7 +111,9 @@ class Agent:
         rpc = now - self._last_rpc >= self.rpc_interval
         if rpc:
             self._last_rpc = now
-        results = checks.run_all(self.compute, rpc=rpc)
+        # the slurmd answer arm() just had is this pass's (one RPC, not two, in the pass that arms)
+        fresh, self._fresh = self._fresh, None
+        results = checks.run_all(self.compute, rpc=rpc, slurmd=fresh if rpc else None)
         fault = None
         for r in results:
             self.strikes[r.name] = 0 if r.ok else self.strikes.get(r.name, 0) + 1

@@ -102,6 +102,9 @@ def test_nodes_are_systemd_hosts_of_their_image(image_server: tuple[ServerProces
         ctl_ip = _sh(state, "controller-group", "hostname -I").split()[0]
         assert _sh(state, "compute-group", "cat /etc/slurmpod/slurmd.env") == \
             f"SLURMD_OPTIONS=--conf-server {ctl_ip}:6817"
+        # the health agent runs with slurmd (and only on compute nodes)
+        assert _sh(state, "compute-group", "systemctl is-active slurmpod-health") == "active"
+        assert _sh(state, "controller-group", "systemctl is-active slurmpod-health || true") == "inactive"
         # sshd, D-Bus and logind start on first use (recipe 12): a login through su starts logind
         assert _sh(state, "compute-group", "systemctl is-active ssh.socket") == "active"
         assert _sh(state, "compute-group", "su - ubuntu -c true; systemctl is-active systemd-logind") == "active"

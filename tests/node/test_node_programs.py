@@ -81,7 +81,7 @@ def test_agent_marks_with_hyperpods_exact_reasons() -> None:
 def test_agent_needs_strikes_for_daemons_but_not_for_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(health_agent, "STATE_FILE", str(tmp_path / "health.json"))
     results = [checks.Result("slurmd", False, "gone", "reboot", "SlurmdNotRunning")]
-    monkeypatch.setattr(checks, "run_all", lambda compute, rpc=True: results)
+    monkeypatch.setattr(checks, "run_all", lambda compute, rpc=True, slurmd=None: results)
     agent = health_agent.Agent({"interval": 1}, "ip-10-0-0-1")
     assert agent.one_pass() is None and agent.one_pass() is None
     assert agent.one_pass() is results[0]  # the third pass in a row
@@ -90,6 +90,26 @@ def test_agent_needs_strikes_for_daemons_but_not_for_gpus(monkeypatch: pytest.Mo
     assert fault is not None and fault.name == "gpu"
     state = json.loads((tmp_path / "health.json").read_text())
     assert state["hostname"] == "ip-10-0-0-1" and state["results"][0]["ok"] is False
+
+
+def test_the_pass_that_arms_asks_slurmd_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(health_agent, "STATE_FILE", str(tmp_path / "health.json"))
+    asked: list[bool] = []
+
+    def slurmd(rpc: bool = True) -> checks.Result:
+        asked.append(rpc)
+        return checks.Result("slurmd", True, "slurmd answers")
+
+    monkeypatch.setattr(checks, "check_slurmd", slurmd)
+    monkeypatch.setattr(checks, "check_munge", lambda rpc=True: checks.Result("munged", True, "munge answers"))
+    monkeypatch.setattr(checks, "check_gpus", lambda: checks.Result("gpu", True))
+    agent = health_agent.Agent({"interval": 1, "rpc_interval": 30}, "ip-10-0-0-1")
+    agent.arm()
+    assert agent.armed and agent.one_pass() is None
+    assert asked == [True]  # arm's RPC is the first pass's
+    agent.arm()
+    agent.one_pass()
+    assert asked == [True, False]  # armed: no RPC until rpc_interval passed
 
 
 def test_scontrol_records_with_reasons_that_have_spaces() -> None:
@@ -113,7 +133,9 @@ def test_programs_ship_as_boot_files_with_the_agent_unit() -> None:
         assert f.mode == 0o755 and f.content.startswith(b"#!/usr/bin/python3")
     assert "ConditionPathExists=/etc/slurmpod/health.json" in files[
         "/etc/systemd/system/slurmpod-health.service"].content.decode()
-    link = files["/etc/systemd/system/multi-user.target.wants/slurmpod-health.service"]
+    # the agent starts with slurmd, not at boot (a compute node's slurmd starts after its lifecycle scripts)
+    assert "/etc/systemd/system/multi-user.target.wants/slurmpod-health.service" not in files
+    link = files["/etc/systemd/system/slurmd.service.wants/slurmpod-health.service"]
     assert link.link == "/etc/systemd/system/slurmpod-health.service"
     assert not any(p.endswith(".c") for p in files)  # the SPANK plugin is built into the image, not shipped
     cfg = json.loads(nodeprograms.health_config().content)
