@@ -76,10 +76,6 @@ def pids_in_mntns(mntns: str) -> list[int]:
     return found
 
 
-def _gone(mntns: str) -> Callable[[], bool]:
-    return lambda: not pids_in_mntns(mntns)
-
-
 def kill_strays(boot_file: Path, timeout: float = STOP_TIMEOUT) -> None:
     """Kills holders of ``boot_file`` the record does not know (e.g. slurmpod died mid-launch) and waits
     until their mount namespaces are gone, so no second overlay is ever mounted on the same upper dir."""
@@ -98,8 +94,22 @@ def kill_strays(boot_file: Path, timeout: float = STOP_TIMEOUT) -> None:
     for pid in strays:
         _kill(pid)
     for mntns in namespaces:
-        if not _wait(_gone(mntns), timeout):
-            raise TemporaryProviderError(f"stray node processes still in mount namespace {mntns}")
+        # and whatever else is still in that boot's mount namespace: a node's PID 1 that had already exec'd
+        # systemd (its command line no longer names the boot file) and missed unshare's parent-death signal (it
+        # is set in the child after the fork: a parent killed in between leaves the child running)
+        if not _wait(_killed_all(mntns), timeout):
+            raise TemporaryProviderError(f"stray node processes still in mount namespace {mntns}: "
+                                         f"{', '.join(map(str, pids_in_mntns(mntns)))}")
+
+
+def _killed_all(mntns: str) -> Callable[[], bool]:
+    def check() -> bool:
+        left = pids_in_mntns(mntns)
+        for pid in left:
+            _kill(pid)
+        return not left
+
+    return check
 
 
 @dataclass(frozen=True)
