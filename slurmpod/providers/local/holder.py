@@ -76,11 +76,26 @@ def pids_in_mntns(mntns: str) -> list[int]:
     return found
 
 
+def of_root_volume(pids: list[int], upper: str) -> list[int]:
+    """``pids`` (all in one mount namespace, as ``pids_in_mntns`` finds them) if that namespace has the overlay of
+    the root volume whose upper directory is ``upper``, else none. A namespace's inode number is reused once it is
+    gone, possibly by another node booting at the same time: the number alone would name that node."""
+    for pid in pids:
+        try:
+            mounts = Path(f"/proc/{pid}/mountinfo").read_text(errors="replace")
+        except OSError:
+            continue
+        return pids if f"upperdir={upper}," in mounts or mounts.rstrip().endswith(f"upperdir={upper}") else []
+    return []
+
+
 def kill_strays(boot_file: Path, timeout: float = STOP_TIMEOUT) -> None:
-    """Kills holders of ``boot_file`` the record does not know (e.g. slurmpod died mid-launch) and waits
-    until their mount namespaces are gone, so no second overlay is ever mounted on the same upper dir."""
+    """Kills holders of ``boot_file`` the record does not know (e.g. slurmpod died mid-launch) and waits until
+    they are gone, and with them every process of their mount namespaces that has this root volume's overlay, so
+    no second overlay is ever mounted on the same upper dir."""
     needle = f"{NODEINIT} {boot_file}"
-    strays = []
+    upper = str(boot_file.parent / "upper")
+    strays: list[tuple[int, str]] = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -89,27 +104,25 @@ def kill_strays(boot_file: Path, timeout: float = STOP_TIMEOUT) -> None:
         except OSError:
             continue
         if needle in cmd and proc_state(int(entry)) not in (None, "Z", "X"):
-            strays.append(int(entry))
-    namespaces = {ns for ns in (ns_of(pid, "mnt") for pid in strays) if ns}
-    for pid in strays:
+            strays.append((int(entry), start_time(int(entry)) or ""))
+    namespaces = {ns for ns in (ns_of(pid, "mnt") for pid, _ in strays) if ns}
+    for pid, _ in strays:
         _kill(pid)
-    for mntns in namespaces:
-        # and whatever else is still in that boot's mount namespace: a node's PID 1 that had already exec'd
-        # systemd (its command line no longer names the boot file) and missed unshare's parent-death signal (it
-        # is set in the child after the fork: a parent killed in between leaves the child running)
-        if not _wait(_killed_all(mntns), timeout):
-            raise TemporaryProviderError(f"stray node processes still in mount namespace {mntns}: "
-                                         f"{', '.join(map(str, pids_in_mntns(mntns)))}")
 
-
-def _killed_all(mntns: str) -> Callable[[], bool]:
-    def check() -> bool:
-        left = pids_in_mntns(mntns)
-        for pid in left:
-            _kill(pid)
+    def gone() -> bool:
+        # and whatever else of that boot still has the overlay: a node's PID 1 that had already exec'd systemd
+        # (its command line no longer names the boot file) and missed unshare's parent-death signal (set in the
+        # child after the fork: a parent killed in between leaves the child running)
+        left = [pid for pid, started in strays if is_running(pid, started)]
+        for mntns in namespaces:
+            for pid in of_root_volume(pids_in_mntns(mntns), upper):
+                _kill(pid)
+                left.append(pid)
         return not left
 
-    return check
+    if not _wait(gone, timeout):
+        raise TemporaryProviderError(f"stray node processes of {boot_file.parent.name} still running after "
+                                     f"{timeout:.0f}s")
 
 
 @dataclass(frozen=True)
@@ -222,8 +235,9 @@ def _wait(predicate: Callable[[], bool], timeout: float) -> bool:
 
 def stop(holder_pid: int, holder_start: str, unshare_pid: int, unshare_start: str, mntns: str,
          popen: subprocess.Popen[bytes] | None = None, timeout: float = STOP_TIMEOUT,
-         shutdown: float = 0.0) -> None:
-    """Stops the node and waits until its mount namespace, and with it the overlay on the root volume, is gone.
+         shutdown: float = 0.0, upper: str = "") -> None:
+    """Stops the node and waits until its mount namespace, and with it the overlay on the root volume, is gone
+    (``upper``: the root volume's upper directory; a process counts only if its namespace has that overlay).
 
     ``shutdown`` > 0 (systemd nodes): SIGRTMIN+4 asks systemd to power off (units stop in order) for up to
     that many seconds; then, or right away, SIGKILL to PID 1 ends the whole PID namespace."""
@@ -248,11 +262,16 @@ def stop(holder_pid: int, holder_start: str, unshare_pid: int, unshare_start: st
             _kill(unshare_pid)
     if not mntns:
         return
-    if _wait(lambda: not pids_in_mntns(mntns), 2.0):
+
+    def inside() -> list[int]:  # only while the namespace is this node's (its number may be another's by now)
+        found = pids_in_mntns(mntns)
+        return of_root_volume(found, upper) if upper else found
+
+    if _wait(lambda: not inside(), 2.0):
         return
-    for pid in pids_in_mntns(mntns):  # e.g. an `nsenter -m` without -p still inside
+    for pid in inside():  # e.g. an `nsenter -m` without -p still inside
         _kill(pid)
-    if not _wait(lambda: not pids_in_mntns(mntns), timeout):
+    if not _wait(lambda: not inside(), timeout):
         raise TemporaryProviderError(f"processes still in the node's mount namespace {mntns}")
 
 

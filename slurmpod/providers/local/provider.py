@@ -307,7 +307,8 @@ class LocalProvider:
     def _stop(self, rec: InstanceRecord) -> None:
         systemd = systemd_image(rec.image_root)
         holder.stop(rec.holder_pid, rec.holder_start, rec.unshare_pid, rec.unshare_start, rec.mntns,
-                    popen=self._popens.pop(rec.instance_id, None), shutdown=SHUTDOWN_GRACE if systemd else 0.0)
+                    popen=self._popens.pop(rec.instance_id, None), shutdown=SHUTDOWN_GRACE if systemd else 0.0,
+                    upper=str(self.layout.instance(rec.cluster_id, rec.instance_id) / "upper"))
         cgroup = holder.node_cgroup(rec.instance_id)
         if cgroup is not None:
             holder.remove_cgroup(cgroup)
