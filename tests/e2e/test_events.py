@@ -515,6 +515,9 @@ def test_cli_follow(sim_server: RunningServer, client: Any) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "slurmpod.cli", "events", "fol", "--endpoint-url", sim_server.endpoint, "--follow"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # Ctrl-C as at a terminal: a suite started in the background by a shell inherits SIGINT ignored (bash
+        # does that to asynchronous commands), and Python keeps an ignored SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: queue.Queue[str] = queue.Queue()
 
