@@ -74,6 +74,17 @@ def test_start_disabled_removes_the_link_first(tmp_path: Path) -> None:
     assert "start slurmctld" in log
 
 
+def test_enable_links_the_unit_as_systemctl_enable_would(tmp_path: Path) -> None:
+    """``units.ENABLE`` (the MariaDB and munge units' enable): one command, the same link as START's."""
+    ls = "\nls -l /etc/systemd/system/multi-user.target.wants/ | tail -n +2"
+    r, log = _in_namespace(tmp_path, "true", ["sh", "-c", units.ENABLE + ls, "sh", "mariadb"])
+    assert r.returncode == 0 and log == "", r.stderr
+    assert "mariadb.service -> /lib/systemd/system/mariadb.service" in r.stdout
+    r, _ = _in_namespace(tmp_path, "touch /etc/systemd/system/munge.service",
+                         ["sh", "-c", units.ENABLE + ls, "sh", "munge"])
+    assert "munge.service -> /etc/systemd/system/munge.service" in r.stdout
+
+
 def test_start_failures_have_their_own_exit_codes(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     (tmp_path / "state/fail").write_text("start")

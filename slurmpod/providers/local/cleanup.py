@@ -144,11 +144,9 @@ def _scan(state_dir: Path, proc: ProcFS | None = None,
                 found.cgroups.append(cgroup)
     # and those of live nodes whose records are gone (an earlier, partial cleanup): named by their processes
     for p in found.processes:
-        ref = p.node.split()[0] if p.node else ""
-        if "/" in ref:
-            cgroup = node_cgroup(ref.rsplit("/", 1)[1])
-            if cgroup is not None and cgroup.is_dir() and cgroup not in found.cgroups:
-                found.cgroups.append(cgroup)
+        cgroup = node_cgroup(p.instance_id) if p.instance_id else None
+        if cgroup is not None and cgroup.is_dir() and cgroup not in found.cgroups:
+            found.cgroups.append(cgroup)
     return found
 
 

@@ -131,6 +131,7 @@ class NodeProcess:
     node: str  # "cluster/instance hostname netns", as much as is known
     why: str  # the evidence: holder, record, netns, mntns, pidns, overlay, root, child of PID
     holder: bool = False  # the node's unshare or its PID 1 (killed last, with SIGKILL)
+    instance_id: str = ""  # the node's instance id, when known (its cgroup is named after it)
 
     def describe(self) -> str:
         return f"process {self.pid} ({self.comm}) of node {self.node} [{self.why}]"
@@ -287,7 +288,8 @@ def scan_processes(state_dir: Path, proc: ProcFS | None = None,
                 changed = True
 
     return [NodeProcess(pid=pid, start=infos[pid].start, ppid=infos[pid].ppid, comm=infos[pid].comm,
-                        node=ref.label(), why=why, holder=holder)
+                        node=ref.label(), why=why, holder=holder,
+                        instance_id="" if ref.instance_id == "?" else ref.instance_id)
             for pid, (ref, why, holder) in sorted(matched.items())]
 
 

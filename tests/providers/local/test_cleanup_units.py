@@ -140,6 +140,7 @@ def test_no_holder_no_record_no_netns_name_still_found(world: tuple[Path, Path, 
     found = scan_processes(state, ProcFS(fake.root))
     assert pids(found) == {200: "overlay", 201: "overlay", 202: "child of 200", 203: "child of 202", 210: "root"}
     assert {p.node for p in found if p.pid in (200, 202)} == {"c2/i-0000000000000000b"}
+    assert {p.instance_id for p in found if p.pid in (200, 202)} == {"i-0000000000000000b"}
     assert next(p for p in found if p.pid == 210).node == "c3/i-0000000000000000c"
     assert pids(scan_processes(other, ProcFS(fake.root))) == {300: "holder", 301: "netns"}
 
