@@ -20,6 +20,7 @@ from pathlib import Path
 
 from slurmpod.providers.base import NodeFile, TemporaryProviderError
 from slurmpod.providers.local.netns import netns_path
+from slurmpod.providers.local.procscan import overlay_uppers
 
 NODEINIT = Path(__file__).with_name("nodeinit.py")
 READY_FILE = "/run/slurmpod-ready"
@@ -85,7 +86,7 @@ def of_root_volume(pids: list[int], upper: str) -> list[int]:
             mounts = Path(f"/proc/{pid}/mountinfo").read_text(errors="replace")
         except OSError:
             continue
-        return pids if f"upperdir={upper}," in mounts or mounts.rstrip().endswith(f"upperdir={upper}") else []
+        return pids if upper in overlay_uppers(mounts) else []
     return []
 
 

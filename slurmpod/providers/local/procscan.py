@@ -175,15 +175,23 @@ def _holder_node(argv: list[str], clusters: str) -> tuple[str, str, bool] | None
     return None
 
 
-def _overlay_node(mountinfo: str, clusters: str) -> tuple[str, str] | None:
-    """(cluster, instance) of an overlay in ``mountinfo`` whose upper dir is a root volume under ``clusters``."""
-    pattern = re.compile(r"(?:^|,)upperdir=" + re.escape(clusters) + r"/([^/,]+)/instances/([^/,]+)/upper(?:,|$)")
+def overlay_uppers(mountinfo: str) -> list[str]:
+    """The upper directories of the overlay mounts in ``mountinfo`` (``/proc/PID/mountinfo``'s text)."""
+    uppers = []
     for line in mountinfo.splitlines():
         _, sep, tail = line.partition(" - ")
         parts = tail.split(" ")
         if not sep or len(parts) < 3 or parts[0] != "overlay":
             continue
-        m = pattern.search(parts[2])
+        uppers += [opt[len("upperdir="):] for opt in parts[2].split(",") if opt.startswith("upperdir=")]
+    return uppers
+
+
+def _overlay_node(mountinfo: str, clusters: str) -> tuple[str, str] | None:
+    """(cluster, instance) of an overlay in ``mountinfo`` whose upper dir is a root volume under ``clusters``."""
+    pattern = re.compile(re.escape(clusters) + r"/([^/,]+)/instances/([^/,]+)/upper")
+    for upper in overlay_uppers(mountinfo):
+        m = pattern.fullmatch(upper)
         if m:
             return m.group(1), m.group(2)
     return None

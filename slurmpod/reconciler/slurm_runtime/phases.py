@@ -124,10 +124,11 @@ def baseline(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: 
     systemd = units.uses_systemd(r)
     if systemd:
         files += units.slurmd_files(node_conf)
-        ctl_ips = [n.ip for n in rt.controllers(cluster, nodes)]
-        if node_conf is not None and ctl_ips and all(ctl_ips):
+        ctls = rt.controllers(cluster, nodes)
+        ctl_ips = [n.ip for n in ctls if n.ip]
+        if node_conf is not None and ctl_ips and len(ctl_ips) == len(ctls):
             # slurmd's options as daemons() would write them (it rewrites them if the controllers changed)
-            files.append(units.slurmd_env(control.conf_server_arg(ip for ip in ctl_ips if ip)))
+            files.append(units.slurmd_env(control.conf_server_arg(ctl_ips)))
     # authorized_keys on its own: an ssh host's runner merges it with the key slurmpod logs in with
     keys = next(f for f in files if f.path == AUTHORIZED_KEYS)
     write_files(r, [f for f in files if f is not keys], BASELINE_DIRS)
