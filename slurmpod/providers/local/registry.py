@@ -159,16 +159,21 @@ class ContainerRegistry:
             out.flush()
             child = subprocess.Popen([self.binary, "serve", str(conf)], stdin=subprocess.DEVNULL,  # noqa: S603
                                      stdout=out, stderr=out, start_new_session=True, close_fds=True)
+        # recorded before the wait for its port: a server killed meanwhile left a registry nobody knew, which
+        # neither the next server nor `slurmpod cleanup` stopped
+        rec["procs"][ip] = [child.pid, _proc_start(child.pid) or ""]
+        write_json(self.dir / "registry.json", rec)
         deadline = time.monotonic() + START_TIMEOUT
         while not _listening(ip, self.port):
             if child.poll() is not None or time.monotonic() > deadline:
                 with contextlib.suppress(OSError):
                     child.kill()
                 child.wait(timeout=STOP_TIMEOUT)
+                rec["procs"].pop(ip, None)
+                write_json(self.dir / "registry.json", rec)
                 tail = (self.dir / "log" / f"{ip}.log").read_text(errors="replace").strip().splitlines()[-3:]
                 raise RegistryError(f"container registry on {ip}:{self.port} did not start: {' | '.join(tail)}")
             time.sleep(0.05)
-        rec["procs"][ip] = [child.pid, _proc_start(child.pid) or ""]
 
     def _stop(self, rec: dict[str, Any], ip: str) -> None:
         pid = self._alive(rec, ip)

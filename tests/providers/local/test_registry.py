@@ -36,3 +36,48 @@ def test_missing_binary_is_a_clear_error(tmp_path: Path) -> None:
     reg.close()
     reg.reset()
     reg.resume()  # nothing recorded: nothing to do
+
+
+def test_a_starting_registry_is_recorded_before_it_listens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server killed while its registry process was starting left one nobody knew (the record was written once
+    it listened): the record names the process from its start, and a failed start leaves no entry."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from slurmpod.providers.local import registry
+
+    fake = tmp_path / "fake-registry"
+    fake.write_text("#!/bin/sh\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(registry, "START_TIMEOUT", 3.0)
+    monkeypatch.setattr(registry, "_listening", lambda ip, port: False)
+    reg = ContainerRegistry(tmp_path / "reg", binary=str(fake))
+    seen: list[list[object]] = []
+    errors: list[Exception] = []
+
+    def start() -> None:
+        try:
+            with reg._locked() as rec:
+                reg._start(rec, "10.231.5.1")
+        except RegistryError as exc:
+            errors.append(exc)
+
+    record = reg.dir / "registry.json"
+    t = threading.Thread(target=start)
+    t.start()
+    try:
+        deadline = time.monotonic() + 2
+        while not seen and time.monotonic() < deadline:
+            seen = list(json.loads(record.read_text())["procs"].values()) if record.exists() else []
+        assert seen and registry._proc_start(int(seen[0][0])) == seen[0][1]  # the live child, while it starts
+    finally:
+        t.join(10)
+        for pid, _ in seen:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert errors and "did not start" in str(errors[0])
+    assert json.loads(record.read_text())["procs"] == {}
