@@ -322,8 +322,9 @@ def exec_systemd() -> None:
            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     try:
         os.makedirs(NO_LIBBPF_DIR, mode=0o755, exist_ok=True)
-        with open(f"{NO_LIBBPF_DIR}/libbpf.so.1", "w") as fh:
-            fh.write(NO_LIBBPF_NOTE)
+        for soname in ("libbpf.so.1", "libbpf.so.0"):  # systemd >= 250 tries both; older images' only .so.0
+            with open(f"{NO_LIBBPF_DIR}/{soname}", "w") as fh:
+                fh.write(NO_LIBBPF_NOTE)
         env["LD_LIBRARY_PATH"] = NO_LIBBPF_DIR
     except OSError:  # a full /run: systemd probes its BPF features as on any host
         pass
