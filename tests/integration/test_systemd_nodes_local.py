@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from slurmpod.providers.local.nodeinit import NO_LIBBPF_DIR
 from tests.integration.conftest import default_image, in_node, running_server
 from tests.serverproc import ServerProcess, seed_groups, wait_status
 
@@ -110,7 +111,7 @@ def test_nodes_are_systemd_hosts_of_their_image(image_server: tuple[ServerProces
         assert _sh(state, "compute-group", "su - ubuntu -c true; systemctl is-active systemd-logind") == "active"
         # systemd's libbpf features are off for PID 1 alone (nodeinit's NO_LIBBPF_DIR): its services run without
         # that library path, ``ip`` (linked to libbpf) works, and the cgroup BPF systemd needs no libbpf for holds
-        assert "/run/slurmpod/no-libbpf" in _sh(state, "compute-group", "tr '\\0' '\\n' < /proc/1/environ")
+        assert NO_LIBBPF_DIR in _sh(state, "compute-group", "tr '\\0' '\\n' < /proc/1/environ")
         assert "LD_LIBRARY_PATH" not in _sh(state, "compute-group", "systemd-run --wait --pipe -q env")
         assert _sh(state, "compute-group", "ip -V").startswith("ip ")
         imds = "curl -s -m 2 -o /dev/null -w %{http_code} http://169.254.169.254/latest/meta-data/instance-id"

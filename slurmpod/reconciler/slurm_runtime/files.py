@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 import threading
 from pathlib import Path
 
-from slurmpod.files import secret_file
+from slurmpod.files import secret_file, write_atomic
 
 
 class ClusterFiles:
@@ -38,17 +37,9 @@ class ClusterFiles:
             return key.read_bytes(), key.with_suffix(".pub").read_bytes()
 
     def save_conf(self, cluster_id: str, conf: str) -> None:
-        """Atomic and durable: a crash leaves the old or the new conf, never a torn one. One writer at a time: the
-        controllers of a cluster reach their daemons phase together, and two writers of one temporary file raced
-        (the second's rename found it gone)."""
-        with self._lock:
-            path = self.cluster_dir(cluster_id) / "slurm.conf"
-            tmp = path.with_suffix(".tmp")
-            with open(tmp, "w") as f:
-                f.write(conf)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+        """Atomic and durable (``write_atomic``: a temp file of its own per writer, so the controllers of a cluster
+        saving at once each replace the file whole; one shared temp name raced)."""
+        write_atomic(self.cluster_dir(cluster_id) / "slurm.conf", conf.encode())
 
     def saved_conf(self, cluster_id: str) -> str | None:
         path = self.root / cluster_id / "slurm.conf"
