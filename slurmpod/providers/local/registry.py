@@ -9,7 +9,10 @@ per bridge address, all serving the same storage (the registry supports several 
 Lifecycle as the package proxy's (``pkgproxy.py``): ``ensure(ip)`` when a cluster's bridge comes up,
 ``release(ip)`` when it goes, ``close()`` at server stop (addresses kept), ``resume()`` at server start,
 ``reset()`` in ``slurmpod cleanup``. Processes run in their own session (they outlive a crashed server) and are
-found again by PID + start time; a process that is not ours is never signalled. Images survive restarts.
+found again by PID + start time; a process that is not ours is never signalled. One a server started but did not
+live to record (killed between the fork and the write of ``registry.json``) is found by its command line
+(``docker-registry serve <this state dir's conf/IP.yml>``) and adopted, or stopped by ``close``/``reset``.
+Images survive restarts.
 
 Files (``<state_dir>/local/registry/``, hidden from nodes like the rest of the state dir)::
 
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpod.providers.local.pkgproxy import check_bind_address, host_addresses
+from slurmpod.providers.local.procscan import ProcFS
 from slurmpod.providers.local.state import file_lock, read_json, write_json
 
 BINARY = "/usr/bin/docker-registry"
@@ -94,9 +98,31 @@ class ContainerRegistry:
             yield rec
             write_json(self.dir / "registry.json", rec)
 
-    def _alive(self, rec: dict[str, Any], ip: str) -> int | None:
+    def _alive(self, rec: dict[str, Any], ip: str, *, adopt_only: bool = False) -> int | None:
+        """The live process serving ``ip``: the recorded one, else one found by its command line (adopted into
+        ``rec``; any further one is stopped unless ``adopt_only``)."""
         pid, start = rec["procs"].get(ip, [0, ""])
-        return pid if pid and _proc_start(pid) == start else None
+        if pid and _proc_start(pid) == start:
+            return int(pid)
+        rec["procs"].pop(ip, None)
+        found = self._unrecorded(ip)
+        for extra in [] if adopt_only else found[1:]:
+            self._kill(extra)
+        if not found:
+            return None
+        rec["procs"][ip] = [found[0], _proc_start(found[0]) or ""]
+        return found[0]
+
+    def _unrecorded(self, ip: str) -> list[int]:
+        """PIDs of live processes serving this state dir's configuration for ``ip``."""
+        want = [self.binary, "serve", str(self.dir / "conf" / f"{ip}.yml")]
+        proc = ProcFS()
+        # (the last three arguments: a script interpreter may come first)
+        return [pid for pid in proc.pids() if proc.argv(pid)[-3:] == want and _proc_start(pid) is not None]
+
+    def _configured(self) -> set[str]:
+        """Every address this state dir ever wrote a configuration for."""
+        return {p.name.removesuffix(".yml") for p in (self.dir / "conf").glob("*.yml")}
 
     def ensure(self, bridge_ip: str) -> None:
         ip = check_bind_address(bridge_ip)
@@ -126,22 +152,25 @@ class ContainerRegistry:
                     self._start(rec, ip)
 
     def close(self) -> None:
-        if not (self.dir / "registry.json").exists():
+        if not (self.dir / "conf").is_dir():  # never started here (creates nothing)
             return
         with self._locked() as rec:
-            for ip in list(rec["procs"]):
+            for ip in sorted(set(rec["procs"]) | self._configured()):
                 self._stop(rec, ip)
 
     def reset(self) -> None:
         self.close()
-        if (self.dir / "registry.json").exists():
+        if (self.dir / "conf").is_dir():
             with self._locked() as rec:
                 rec["addresses"] = []
 
     def status(self) -> list[tuple[str, int]]:
         """(address, pid) of each running process."""
         rec = read_json(self.dir / "registry.json", None) or {"procs": {}}
-        return [(ip, pid) for ip, (pid, start) in sorted(rec["procs"].items()) if pid and _proc_start(pid) == start]
+        if not (self.dir / "conf").is_dir():
+            return []
+        running = {ip: self._alive(rec, ip, adopt_only=True) for ip in set(rec["procs"]) | self._configured()}
+        return [(ip, pid) for ip, pid in sorted(running.items()) if pid]
 
     def address(self) -> str | None:
         """``IP:PORT`` of a running registry process (what the host pushes to), or None."""
@@ -178,8 +207,12 @@ class ContainerRegistry:
     def _stop(self, rec: dict[str, Any], ip: str) -> None:
         pid = self._alive(rec, ip)
         rec["procs"].pop(ip, None)
-        if not pid:
-            return
+        if pid:
+            self._kill(pid)
+
+    @staticmethod
+    def _kill(pid: int) -> None:
+        """SIGTERM, a bounded wait, SIGKILL (the caller checked the process is ours)."""
         start = _proc_start(pid)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

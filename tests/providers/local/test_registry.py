@@ -81,3 +81,37 @@ def test_a_starting_registry_is_recorded_before_it_listens(tmp_path: Path, monke
                 pass
     assert errors and "did not start" in str(errors[0])
     assert json.loads(record.read_text())["procs"] == {}
+
+
+def test_a_registry_nobody_recorded_is_found_adopted_and_stopped(tmp_path: Path) -> None:
+    """A server killed between starting its registry and writing registry.json: the process is found by its
+    command line (this state dir's configuration), reported by ``status``, adopted and stopped by ``close``."""
+    import subprocess
+    import time
+
+    from slurmpod.providers.local import registry
+
+    fake = tmp_path / "fake-registry"
+    fake.write_text("#!/bin/sh\nwhile :; do sleep 0.1; done\n")
+    fake.chmod(0o755)
+    reg = ContainerRegistry(tmp_path / "reg", binary=str(fake))
+    other = ContainerRegistry(tmp_path / "other", binary=str(fake))
+    for r in (reg, other):  # as _start leaves them: the configuration written, then the process started
+        (r.dir / "conf").mkdir(parents=True)
+        (r.dir / "conf" / "10.231.5.1.yml").write_text("")
+    procs = [subprocess.Popen([str(fake), "serve", str(r.dir / "conf" / "10.231.5.1.yml")])
+             for r in (reg, other)]
+    try:
+        deadline = time.monotonic() + 5
+        while any(registry._proc_start(p.pid) is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not (reg.dir / "registry.json").exists()  # nothing recorded
+        assert reg.status() == [("10.231.5.1", procs[0].pid)]
+        reg.close()
+        assert procs[0].wait(10) is not None and reg.status() == []
+        assert procs[1].poll() is None  # another state dir's process is never touched
+        assert other.status() == [("10.231.5.1", procs[1].pid)]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
