@@ -10,9 +10,11 @@ Everything here runs commands through ``runner_of(node)``; nothing touches the s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 
 from slurmpod.domain.catalog import instance_type_info, slurm_gres, slurm_resources
 from slurmpod.domain.model import NodeRecord
@@ -21,7 +23,7 @@ from slurmpod.domain.status import NodeType
 from slurmpod.providers.base import CommandRunner, ProviderError
 from slurmpod.reconciler.runtime import NodeBootError
 from slurmpod.slurm import control
-from slurmpod.slurm.conf import render_cgroup_conf
+from slurmpod.slurm.conf import SLURMCTLD_PORT, render_cgroup_conf
 
 log = logging.getLogger("slurmpod.runtime")
 
@@ -62,6 +64,43 @@ def hand_over(node: NodeRecord, ctls: Sequence[NodeRecord], alive: Mapping[str, 
     log.warning("controller %s: did not answer within 20 s after takeover", backup.instance_id)
 
 
+#: how long a refusal rule can outlive a stop that never removed it (a server killed meanwhile): the node's
+#: next slurmctld is refused for at most this long
+REFUSE_AT_MOST = timedelta(seconds=30)
+#: for the connections already in slurmctld's accept queue to be served before it stops
+DRAIN_SECONDS = 0.3
+
+
+@contextlib.contextmanager
+def refusing_clients(runner: CommandRunner, *, now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                     sleep: Callable[[float], None] = time.sleep) -> Iterator[None]:
+    """While a controller's slurmctld stops: its node answers new connections to SlurmctldPort with a TCP reset
+    (``iptables ... REJECT --reject-with tcp-reset``), so a client (squeue, srun, slurmd) that tries it first sees
+    "connection refused" and goes on to the next ``SlurmctldHost`` at once. Without it, a connection accepted by
+    the kernel just before slurmctld closed its socket is reset mid-request and the client fails ("Connection
+    reset by peer"), since Slurm retries only refused connections on the next controller.
+
+    The rule ends by itself (``-m time --datestop``, REFUSE_AT_MOST) if it is never removed; it is removed when
+    the block ends. Best effort: a node without iptables stops as before."""
+    until = (now() + REFUSE_AT_MOST).strftime("%Y-%m-%dT%H:%M:%S")
+    rule = ["INPUT", "-p", "tcp", "--dport", str(SLURMCTLD_PORT), "--syn", "-m", "time", "--datestop", until,
+            "-j", "REJECT", "--reject-with", "tcp-reset"]
+    try:
+        added = runner.run(["iptables", "-w", "5", "-I", *rule], timeout=15).returncode == 0
+    except ProviderError:
+        added = False
+    if added:
+        sleep(DRAIN_SECONDS)
+    else:
+        log.info("cannot refuse new slurmctld connections while it stops (no iptables in the node?)")
+    try:
+        yield
+    finally:
+        if added:
+            with contextlib.suppress(ProviderError):
+                runner.run(["iptables", "-w", "5", "-D", *rule], timeout=15)
+
+
 def _started_backup(n: NodeRecord, primary: NodeRecord, alive: Mapping[str, bool]) -> bool:
     """A live controller other than ``primary`` that has started its slurmctld once (a controller still booting
     starts its own, after the primary)."""
@@ -78,7 +117,9 @@ def stop_backups(node: NodeRecord, ctls: Sequence[NodeRecord], alive: Mapping[st
         if not _started_backup(n, node, alive):
             continue
         try:
-            control.stop_daemon(runner_of(n), control.SLURMCTLD_PID_FILE, "slurmctld", timeout=60)
+            r = runner_of(n)
+            with refusing_clients(r):
+                control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld", timeout=60)
             log.info("controller %s: slurmctld stopped while the primary %s starts", n.instance_id,
                      node.instance_id)
         except (control.SlurmError, ProviderError) as exc:

@@ -112,3 +112,27 @@ def test_backups_stop_before_the_primary_starts_and_start_after() -> None:
     runners["i-2"].calls.clear()
     headnodes.start_backups(a, [a, b, c, booting], alive, lambda n: runners[n.instance_id])
     assert runners["i-2"].calls and not runners["i-1"].calls and not runners["i-3"].calls
+
+
+def test_a_stopping_controller_refuses_new_connections_until_it_is_down() -> None:
+    """iptables rejects new SlurmctldPort connections with a TCP reset (clients go on to the next controller),
+    the rule ends by itself 30 s later if never removed, and is removed when the stop is done."""
+    from datetime import UTC, datetime
+
+    r = Runner({})
+    slept: list[float] = []
+    with headnodes.refusing_clients(r, now=lambda: datetime(2026, 12, 2, 16, 0, 0, tzinfo=UTC), sleep=slept.append):
+        r.calls.append(["systemctl", "stop", "slurmctld"])
+    rule = ["INPUT", "-p", "tcp", "--dport", "6817", "--syn", "-m", "time", "--datestop", "2026-12-02T16:00:30",
+            "-j", "REJECT", "--reject-with", "tcp-reset"]
+    assert r.calls == [["iptables", "-w", "5", "-I", *rule], ["systemctl", "stop", "slurmctld"],
+                       ["iptables", "-w", "5", "-D", *rule]]
+    assert slept == [headnodes.DRAIN_SECONDS]  # the accept queue is served before the stop
+
+
+def test_a_node_without_iptables_stops_its_controller_as_before() -> None:
+    r = Runner({}, {"iptables": CommandResult(127, "", "iptables: not found")})
+    slept: list[float] = []
+    with headnodes.refusing_clients(r, sleep=slept.append):
+        r.calls.append(["systemctl", "stop", "slurmctld"])
+    assert [c[0] for c in r.calls] == ["iptables", "systemctl"] and slept == []

@@ -142,7 +142,8 @@ def graceful_stop(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, no
                 headnodes.hand_over(node, ctls, rt.alive(cluster), rt.runner_of(cluster))
             except (control.SlurmError, ProviderError) as exc:  # the stop below still saves the state
                 log.warning("controller %s: hand-over failed: %s", node.instance_id, exc)
-            control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld")
+            with headnodes.refusing_clients(r):
+                control.stop_daemon(r, control.SLURMCTLD_PID_FILE, "slurmctld")
         else:
             control.stop_slurmd(r, timeout=20)
     except (control.SlurmError, ProviderError) as exc:
