@@ -180,6 +180,12 @@ class Provider(Protocol):
         """Removes the instance's processes, namespaces, mounts, address and root volume. Idempotent."""
         ...
 
+    def cancel_commands(self, cluster_id: str, instance_id: str) -> int:
+        """The instance is being removed: ends the commands its runners run now (a lifecycle script may run for
+        its whole timeout) and makes later ones raise ``TemporaryProviderError`` at once, until ``terminate``.
+        Never blocks; returns how many commands were running."""
+        ...
+
     def reboot(self, cluster_id: str, instance_id: str) -> ProviderInstance:
         """Stops every process of the instance and starts it again: same id, address, root volume."""
         ...

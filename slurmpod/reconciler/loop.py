@@ -63,6 +63,12 @@ def _remove(rec: Reconciler, cluster: ClusterRecord, action: p.RemoveNode, obs: 
                     functools.partial(removal.remove, rec.ctx, cluster.cluster_id, node.instance_id))
 
 
+def _interrupt(rec: Reconciler, cluster: ClusterRecord, action: p.InterruptNode, obs: p.Observation) -> None:
+    node = obs.node(action.instance_id)
+    if node is not None:
+        rec.ctx.runtime.interrupt(cluster, node)
+
+
 def _create(rec: Reconciler, cluster: ClusterRecord, action: p.CreateNodes, obs: p.Observation) -> None:
     apply.create_nodes(rec.ctx, cluster, action)
 
@@ -102,6 +108,7 @@ DISPATCH: dict[type, Dispatch] = {
     _Creates: _create_all,
     p.BootNode: _submit(boot.boot, lambda a: a.instance_id),
     p.RemoveNode: _remove,
+    p.InterruptNode: _interrupt,
     p.ApplyTopology: _submit(lambda ctx, cid, _k: topology.apply_topology(ctx, cid), lambda a: "topology"),
     p.SetStatus: _set_status,
     p.NodeOp: _submit(nodeops.node_op, lambda a: a.instance_id),

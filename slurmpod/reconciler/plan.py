@@ -51,6 +51,14 @@ class RemoveNode:
 
 
 @dataclass(frozen=True)
+class InterruptNode:
+    """A booting node of a cluster that releases every node (``releasing``): its running commands end now (a
+    lifecycle script would otherwise hold the node, and the deletion, for up to its timeout)."""
+
+    instance_id: str
+
+
+@dataclass(frozen=True)
 class ApplyTopology:
     digest: str
 
@@ -93,8 +101,8 @@ class UpdateGroups:
     events: tuple[ev.EventDraft, ...] = ()
 
 
-Action = (CreateNodes | BootNode | RemoveNode | ApplyTopology | SetStatus | FinishDelete | UpdateGroups | NodeOp
-          | DeepHealthCheckGroup | RollingAction)
+Action = (CreateNodes | BootNode | RemoveNode | InterruptNode | ApplyTopology | SetStatus | FinishDelete
+          | UpdateGroups | NodeOp | DeepHealthCheckGroup | RollingAction)
 
 DEFAULT_MIN_COUNT_TIMEOUT = 3 * 3600.0
 
@@ -302,6 +310,18 @@ def _plan_continuous(obs: Observation) -> list[Action]:
     return actions
 
 
+def releasing(cluster: ClusterRecord) -> bool:
+    """Whether the cluster releases every node (deleted, or its creation failed): no boot is worth finishing."""
+    return cluster.status == ClusterStatus.DELETING or (
+        cluster.status == ClusterStatus.ROLLING_BACK and cluster.last_good_spec is None)
+
+
+def _interrupt_boots(obs: Observation) -> list[Action]:
+    """Booting nodes (Pending, with work in flight) of a releasing cluster: ``InterruptNode``."""
+    return [InterruptNode(n.instance_id) for n in obs.nodes
+            if n.instance_id in obs.busy and n.status == InstanceStatus.PENDING]
+
+
 def plan(obs: Observation) -> list[Action]:
     c = obs.cluster
     st = c.status
@@ -318,6 +338,7 @@ def plan(obs: Observation) -> list[Action]:
             for n in obs.nodes
             if n.instance_id not in obs.busy and (n.active or n.status == InstanceStatus.SHUTTING_DOWN)
         ]
+        actions += _interrupt_boots(obs)
         if not obs.nodes and not obs.busy:
             actions.append(FinishDelete())
         return actions
@@ -327,6 +348,7 @@ def plan(obs: Observation) -> list[Action]:
         # A failed creation: release every instance, then Failed.
         actions = [RemoveNode(n.instance_id, "cluster creation rolled back") for n in obs.nodes
                    if n.instance_id not in obs.busy]
+        actions += _interrupt_boots(obs)
         if not obs.nodes and not obs.busy:
             actions.append(SetStatus(ClusterStatus.FAILED, c.failure_message, events=(
                 ev.cluster_event(c.name, "creation", "failed", level=EventLevel.ERROR, failure=c.failure_message),

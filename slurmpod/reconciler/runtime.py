@@ -144,6 +144,11 @@ class ClusterRuntime(Protocol):
         """Terminates one provider instance no record owns (a leak). Idempotent."""
         ...
 
+    def interrupt(self, cluster: ClusterRecord, node: NodeRecord) -> None:
+        """The node is to be removed while work runs on it (a boot in its lifecycle script): ends the commands it
+        runs and refuses later ones, so that work stops now rather than at its timeout. Never blocks."""
+        ...
+
     def heal_services(self, cluster: ClusterRecord) -> list[tuple[bool, str]]:
         """Restores cluster-level services (the accounting host) found dead: ``(restored, description)`` each."""
         ...

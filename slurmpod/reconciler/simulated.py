@@ -121,6 +121,9 @@ class SimulatedRuntime:
     def terminate_instance(self, cluster: ClusterRecord, instance_id: str) -> None:
         self.provider.terminate(cluster.cluster_id, instance_id)
 
+    def interrupt(self, cluster: ClusterRecord, node: NodeRecord) -> None:
+        return None  # simulated phases do not block
+
     def heal_services(self, cluster: ClusterRecord) -> list[tuple[bool, str]]:
         return []  # the simulated runtime has no cluster-level services
 

@@ -343,3 +343,46 @@ def test_bad_lifecycle_source_is_rejected_at_once(local_server, tmp_path, case):
     assert c.list_clusters()["ClusterSummaries"] == []
     assert not (local_server.state_dir / "local" / "clusters").exists() or not list(
         (local_server.state_dir / "local" / "clusters").iterdir())
+
+
+HANG = r"""#!/bin/bash
+echo "hang: started"
+touch /root/hang-started
+sleep 3600
+"""
+
+
+def test_deleting_a_cluster_whose_on_create_hangs(local_server, tmp_path):
+    """DeleteCluster while an OnCreate script hangs (it would run for its whole timeout): the nodes go at once,
+    the script with them, and nothing is left on the host."""
+    state = local_server.state_dir
+    c = local_server.client()
+    src = tmp_path / "lcc-hang"
+    write_source(src)
+    (src / "hang.sh").write_text(HANG)
+    (src / "hang.sh").chmod(0o755)
+    groups = [
+        group("controller-group", 1, "Controller", None),
+        group("compute-group", 1, "Compute", {"SourceS3Uri": f"file://{src}", "OnCreate": "hang.sh"}, ["compute"]),
+    ]
+    arn = c.create_cluster(ClusterName="lifecycle-hang", InstanceGroups=groups)["ClusterArn"]
+    cluster_id = arn.rsplit("/", 1)[1]
+    deadline = time.monotonic() + 60
+    while True:  # the script is running on the compute node
+        nodes = [n for n in c.list_cluster_nodes(ClusterName="lifecycle-hang")["ClusterNodeSummaries"]
+                 if n["InstanceGroupName"] == "compute-group"]
+        if nodes and on_node(state, cluster_id, "compute-group", nodes[0]["InstanceId"], "test", "-e",
+                             "/root/hang-started").returncode == 0:
+            break
+        assert time.monotonic() < deadline, "the OnCreate script never started"
+        time.sleep(0.2)
+    assert c.describe_cluster(ClusterName="lifecycle-hang")["ClusterStatus"] == "Creating"
+    t0 = time.monotonic()
+    c.delete_cluster(ClusterName="lifecycle-hang")
+    while c.list_clusters()["ClusterSummaries"]:
+        assert time.monotonic() - t0 < 30, c.describe_cluster(ClusterName="lifecycle-hang")
+        time.sleep(0.1)
+    print(f"deleted {time.monotonic() - t0:.1f}s after DeleteCluster, its OnCreate still running")
+    from slurmpod.providers.local.cleanup import find_leftovers
+
+    assert find_leftovers(state) == []

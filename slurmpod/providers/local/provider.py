@@ -27,6 +27,7 @@ from slurmpod.providers.base import (
     SetupError,
     TemporaryProviderError,
 )
+from slurmpod.providers.inflight import InFlight
 from slurmpod.providers.local import holder, netns
 from slurmpod.providers.local.bridgeservices import BridgeServices
 from slurmpod.providers.local.commands import host_run
@@ -80,6 +81,7 @@ class LocalProvider:
         self._popens: dict[str, subprocess.Popen[bytes]] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self.inflight = InFlight()  # commands running in nodes (cancel_commands)
         self.last_boot_seconds = 0.0  # duration of the most recent boot (network + holder + probe)
         # apt/pip and container images for the nodes: the state dir's apt-cacher-ng and docker-registry on its
         # bridges (bridgeservices.py), shared by every provider object of the state dir through file locks; the
@@ -344,8 +346,9 @@ class LocalProvider:
                 self._imds_detach(instance_id)
                 netns.delete_instance_net(netns_name(cluster_id, instance_id), "")
                 shutil.rmtree(self.layout.instance(cluster_id, instance_id), ignore_errors=True)
-                return
-            self._destroy(rec)
+            else:
+                self._destroy(rec)
+        self.inflight.forget(instance_id)
 
     def reboot(self, cluster_id: str, instance_id: str) -> ProviderInstance:
         with self._instance_lock(instance_id):
@@ -398,7 +401,10 @@ class LocalProvider:
             rec = InstanceRecord.load(self._meta(cluster_id, instance_id))
             return None if rec is None else systemd_image(rec.image_root)
 
-        return LocalRunner(resolve, systemd)
+        return LocalRunner(resolve, systemd, inflight=(self.inflight, instance_id))
+
+    def cancel_commands(self, cluster_id: str, instance_id: str) -> int:
+        return self.inflight.cancel(instance_id)
 
     # ------------------------------------------------------------------ instance metadata (imds.py)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
 from slurmpod.providers.base import CommandResult, TemporaryProviderError
+from slurmpod.providers.inflight import InFlight
 
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = {"PATH": NODE_PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
@@ -25,12 +27,15 @@ class LocalRunner:
 
     ``resolve`` returns the node's current holder PID (it changes on reboot) or raises
     ``TemporaryProviderError`` when the node is not running; ``systemd`` (optional) says whether the node's image
-    boots systemd (None: unknown), so callers need no command in the node to find out.
+    boots systemd (None: unknown), so callers need no command in the node to find out. ``inflight`` (the
+    provider's registry and this node's instance id): its commands can be cancelled (``InFlight.cancel``).
     """
 
-    def __init__(self, resolve: Callable[[], int], systemd: Callable[[], bool | None] | None = None) -> None:
+    def __init__(self, resolve: Callable[[], int], systemd: Callable[[], bool | None] | None = None,
+                 inflight: tuple[InFlight, str] | None = None) -> None:
         self._resolve = resolve
         self._systemd = systemd
+        self._inflight = inflight
 
     def runs_systemd(self) -> bool | None:
         return self._systemd() if self._systemd is not None else None
@@ -46,6 +51,8 @@ class LocalRunner:
     ) -> CommandResult:
         if not argv:
             raise ValueError("empty argv")
+        if self._inflight is not None:
+            self._inflight[0].check(self._inflight[1])
         pid = self._resolve()
         full_env = dict(BASE_ENV)
         full_env.update(env or {})
@@ -56,11 +63,16 @@ class LocalRunner:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                                     stdout=out, stderr=err, env=full_env, cwd="/", start_new_session=True)
-            try:
-                proc.communicate(input=input, timeout=timeout)
-            except subprocess.TimeoutExpired as exc:
-                _kill_group(proc)
-                raise TemporaryProviderError(f"timed out after {timeout}s in node: {' '.join(argv)}") from exc
+            with self._tracked(proc):
+                try:
+                    proc.communicate(input=input, timeout=timeout)
+                except subprocess.TimeoutExpired as exc:
+                    _kill_group(proc)
+                    raise TemporaryProviderError(f"timed out after {timeout}s in node: {' '.join(argv)}") from exc
+                except BrokenPipeError:  # cancelled while its input was being written
+                    proc.wait()
+            if self._inflight is not None:
+                self._inflight[0].check(self._inflight[1])  # cancelled: its result means nothing
             out.seek(0)
             err.seek(0)
             stdout = out.read().decode(errors="replace")
@@ -69,6 +81,11 @@ class LocalRunner:
             # The node vanished between resolve() and nsenter (e.g. killed): not the command's failure.
             raise TemporaryProviderError(f"node unreachable: {stderr.strip()}")
         return CommandResult(returncode=proc.returncode, stdout=stdout, stderr=stderr)
+
+    def _tracked(self, proc: subprocess.Popen[bytes]) -> contextlib.AbstractContextManager[None]:
+        if self._inflight is None:
+            return contextlib.nullcontext()
+        return self._inflight[0].track(self._inflight[1], lambda: _signal_group(proc))
 
     def interactive_argv(self, argv: Sequence[str]) -> list[str]:
         pid = self._resolve()
@@ -84,15 +101,20 @@ def _pgrp(pid: int) -> int:
         return 0
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kills the command nsenter forked inside the node, and its process group, but not nsenter itself:
-    nsenter then reaps its child. (Orphans of a killed nsenter would go to the *host's* init.)"""
+def _signal_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the command nsenter forked inside the node and its process group, not to nsenter itself
+    (it reaps its child and exits); does not wait. (Orphans of a killed nsenter would go to the *host's* init.)"""
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != proc.pid and _pgrp(int(entry)) == proc.pid:
             try:
                 os.kill(int(entry), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """``_signal_group``, then waits for nsenter (killed too if it does not exit)."""
+    _signal_group(proc)
     try:
         proc.wait(2)
     except subprocess.TimeoutExpired:

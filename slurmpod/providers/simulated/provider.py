@@ -192,6 +192,9 @@ class SimulatedProvider:
         with self._lock:
             return [self.instances[i] for i in self._of_cluster.get(cluster_id, ())]
 
+    def cancel_commands(self, cluster_id: str, instance_id: str) -> int:
+        return 0  # simulated commands return at once
+
     def runner(self, cluster_id: str, instance_id: str) -> SimulatedRunner:
         return SimulatedRunner()
 

@@ -31,6 +31,7 @@ from slurmpod.providers.base import (
     ProviderInstance,
     TemporaryProviderError,
 )
+from slurmpod.providers.inflight import InFlight
 from slurmpod.providers.local.nodeinit import NODE_DIRS, RUN_DIRS
 from slurmpod.providers.ssh import remote
 from slurmpod.providers.ssh.pool import FOREVER, HostPool, HostRecord
@@ -103,6 +104,7 @@ class SshProvider:
         self.capacity: dict[str, int] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self.inflight = InFlight()  # commands running on hosts (cancel_commands)
         self._leaving: set[str] = set()  # hosts being cleaned: no /etc/hosts block may land on them
 
     # ---- routing helpers (used by the pooled provider) -----------------------------------------
@@ -280,6 +282,12 @@ class SshProvider:
     def terminate(self, cluster_id: str, instance_id: str) -> None:
         _check_id("cluster id", cluster_id)
         _check_id("instance id", instance_id)
+        try:
+            self._terminate(cluster_id, instance_id)
+        finally:
+            self.inflight.forget(instance_id)
+
+    def _terminate(self, cluster_id: str, instance_id: str) -> None:
         with self._instance_lock(instance_id):
             rec = self.pool.assigned(cluster_id, instance_id)
             if rec is None:
@@ -353,7 +361,11 @@ class SshProvider:
 
         user = self.pool.assigned(cluster_id, instance_id)
         login = user.user if user is not None else "root"
-        return SshRunner(self.sessions, resolve, lambda argv: remote.tracked_argv(argv, login), known_hosts)
+        return SshRunner(self.sessions, resolve, lambda argv: remote.tracked_argv(argv, login), known_hosts,
+                         inflight=(self.inflight, instance_id))
+
+    def cancel_commands(self, cluster_id: str, instance_id: str) -> int:
+        return self.inflight.cancel(instance_id)
 
     def teardown_cluster(self, cluster_id: str) -> None:
         _check_id("cluster id", cluster_id)

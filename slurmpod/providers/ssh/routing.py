@@ -97,6 +97,9 @@ class PooledProvider:
             "mixing local and ssh instances needs routed networks between them (slurmpod never enables forwarding "
             "on this machine); put the whole cluster on ssh pools or route the networks", delay=60.0)
 
+    def cancel_commands(self, cluster_id: str, instance_id: str) -> int:
+        return self._for(cluster_id, instance_id).cancel_commands(cluster_id, instance_id)
+
     def terminate(self, cluster_id: str, instance_id: str) -> None:
         self._for(cluster_id, instance_id).terminate(cluster_id, instance_id)
 

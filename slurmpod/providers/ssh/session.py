@@ -12,18 +12,22 @@ must close when the command itself exits) and, for a non-root login, through ``s
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shlex
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncssh
 
 from slurmpod.providers.base import CommandResult, TemporaryProviderError
+from slurmpod.providers.inflight import CommandCancelled, InFlight
 
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = {"PATH": NODE_PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
@@ -106,17 +110,25 @@ class SshSessions:
                 self._loop = loop
             return self._loop
 
-    def call(self, make: Callable[[], Awaitable[T]], timeout: float) -> T:
-        """Runs the coroutine ``make()`` on the SSH thread and waits at most ``timeout`` seconds."""
+    def call(self, make: Callable[[], Awaitable[T]], timeout: float,
+             tracked: Callable[[Callable[[], None]], AbstractContextManager[None]] | None = None) -> T:
+        """Runs the coroutine ``make()`` on the SSH thread and waits at most ``timeout`` seconds. ``tracked``
+        (``InFlight.track`` of an instance): cancelling it cancels the coroutine (its SSH channel closes)."""
         async def wrapped() -> T:
             return await make()
 
         fut = asyncio.run_coroutine_threadsafe(wrapped(), self._ensure_loop())
-        try:
-            return fut.result(timeout)
-        except FutureTimeout as exc:
+        def cancel() -> None:
             fut.cancel()
-            raise TemporaryProviderError(f"timed out after {timeout:.0f}s") from exc
+
+        with tracked(cancel) if tracked is not None else nullcontext():
+            try:
+                return fut.result(timeout)
+            except FutureTimeout as exc:
+                fut.cancel()
+                raise TemporaryProviderError(f"timed out after {timeout:.0f}s") from exc
+            except FutureCancelled as exc:
+                raise CommandCancelled("cancelled: the instance is being removed") from exc
 
     def close(self) -> None:
         async def close_all() -> None:
@@ -186,7 +198,8 @@ class SshSessions:
             self.call(drop, 10)
 
     def run(self, t: Target, argv: Sequence[str], *, timeout: float, input: bytes | None = None,
-            env: Mapping[str, str] | None = None, cwd: str | None = None) -> CommandResult:
+            env: Mapping[str, str] | None = None, cwd: str | None = None,
+            tracked: Callable[[Callable[[], None]], AbstractContextManager[None]] | None = None) -> CommandResult:
         """Runs ``argv`` as root on the host; ``TemporaryProviderError`` on timeout or lost connection."""
         command = remote_command(t.user, argv, env, cwd)
 
@@ -205,7 +218,7 @@ class SshSessions:
             code = proc.exit_status if proc.exit_status is not None else 255
             return CommandResult(code, out.decode(errors="replace"), err.decode(errors="replace"))
 
-        return self.call(go, timeout + self.connect_timeout + 5)
+        return self.call(go, timeout + self.connect_timeout + 5, tracked)
 
 
 def remote_command(user: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
@@ -227,11 +240,13 @@ class SshRunner:
 
     def __init__(self, sessions: SshSessions, target: Callable[[], Target],
                  before: Callable[[Sequence[str]], Sequence[str]] | None = None,
-                 known_hosts: Callable[[], str] | None = None) -> None:
+                 known_hosts: Callable[[], str] | None = None,
+                 inflight: tuple[InFlight, str] | None = None) -> None:
         self._sessions = sessions
         self._target = target
         self._before = before
         self._known_hosts = known_hosts
+        self._inflight = inflight
 
     def run(
         self,
@@ -244,9 +259,14 @@ class SshRunner:
     ) -> CommandResult:
         if not argv:
             raise ValueError("empty argv")
+        tracked = None
+        if self._inflight is not None:
+            registry, instance_id = self._inflight
+            registry.check(instance_id)
+            tracked = functools.partial(registry.track, instance_id)
         t = self._target()
         real = self._before(argv) if self._before is not None else argv
-        return self._sessions.run(t, real, timeout=timeout, input=input, env=env, cwd=cwd)
+        return self._sessions.run(t, real, timeout=timeout, input=input, env=env, cwd=cwd, tracked=tracked)
 
     def interactive_argv(self, argv: Sequence[str]) -> list[str]:
         t = self._target()

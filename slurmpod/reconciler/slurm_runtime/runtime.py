@@ -288,6 +288,10 @@ class SlurmRuntime:
     def terminate_instance(self, cluster: ClusterRecord, instance_id: str) -> None:
         self.provider.terminate(cluster.cluster_id, instance_id)
 
+    def interrupt(self, cluster: ClusterRecord, node: NodeRecord) -> None:
+        if self.provider.cancel_commands(cluster.cluster_id, node.instance_id):
+            log.info("node %s: its running commands were cancelled (it is being removed)", node.instance_id)
+
     def dhc_isolate(self, cluster: ClusterRecord, targets: Sequence[NodeRecord], nodes: Sequence[NodeRecord]) -> None:
         deep_health.isolate(self, cluster, targets, nodes)
 

@@ -120,8 +120,11 @@ def boot(ctx: Context, cluster_id: str, instance_id: str) -> Park | None:
     try:
         done = run_phases(ctx, cluster, node, resume_key="resume_on_join", coalesce=coalesce)
     except NodeBootError as exc:
-        failed = ctx.store.get_node(instance_id)
-        if failed is not None and failed.status == InstanceStatus.PENDING:
+        failed, now = ctx.store.get_node(instance_id), ctx.store.get_cluster(cluster_id)
+        if now is not None and p.releasing(now):  # interrupted (InterruptNode): the node goes anyway
+            log.info("node %s: boot stopped, cluster %s is %s (%s)", instance_id, now.name, now.status.value,
+                     exc.message)
+        elif failed is not None and failed.status == InstanceStatus.PENDING:
             boot_failed(ctx, cluster, failed, exc)
         return None
     if not isinstance(done, NodeRecord):
