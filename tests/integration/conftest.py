@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,11 +65,13 @@ def running_server(state: Path, *extra: str) -> Iterator[ServerProcess]:
     try:
         yield srv
     finally:
+        _report_unsettled(srv)
         _delete_all(srv)
         srv.stop()
         log = state / "server.log"
-        if log.exists():
-            print("---- server log tail ----\n" + "\n".join(log.read_text().splitlines()[-40:]))
+        if log.exists():  # (without the tests' status polling, which would fill it)
+            lines = [line for line in log.read_text().splitlines() if not _POLL.search(line)]
+            print("---- server log tail ----\n" + "\n".join(lines[-60:]))
 
 
 @pytest.fixture
@@ -76,6 +79,38 @@ def local_server(local_state: Path) -> Iterator[ServerProcess]:
     """A real server process on the local provider; stopped (and its nodes cleaned) even on failure."""
     with running_server(local_state) as srv:
         yield srv
+
+
+_POLL = re.compile(r"slurmpod\.api: \S+ (ListClusters|DescribeCluster|ListClusterNodes|DescribeClusterNode) 200 ")
+#: what a node is doing, for a cluster a test left neither InService nor Failed (a hung lifecycle script ...)
+_NODE_REPORT = ("ps -eo pid,ppid,stat,etime,wchan:24,args --forest | grep -v ' \\[' ; "
+                "echo '-- provisioning.log'; tail -n 25 /var/log/provision/provisioning.log 2>&1; "
+                "echo '-- tcp'; ss -tanp 2>&1 | head -n 20")
+
+
+def _report_unsettled(srv: ServerProcess) -> None:
+    """Prints the processes, lifecycle log and connections of every node of a cluster still on its way
+    (shown by pytest only when the test failed)."""
+    import subprocess
+    import sys
+
+    try:
+        c = srv.client()
+        for summary in c.list_clusters()["ClusterSummaries"]:
+            if summary["ClusterStatus"] in ("InService", "Failed"):
+                continue
+            cluster_id = summary["ClusterArn"].rsplit("/", 1)[1]
+            nodes = c.list_cluster_nodes(ClusterName=summary["ClusterName"])["ClusterNodeSummaries"]
+            for n in nodes:
+                target = f"sagemaker-cluster:{cluster_id}_{n['InstanceGroupName']}-{n['InstanceId']}"
+                r = subprocess.run([sys.executable, "-m", "slurmpod.cli", "connect", target, "--state-dir",  # noqa: S603
+                                    str(srv.state_dir), "--", "bash", "-c", _NODE_REPORT],
+                                   capture_output=True, text=True, timeout=30)
+                print(f"---- {summary['ClusterName']} {n['InstanceGroupName']} {n['InstanceId']} "
+                      f"({n['InstanceStatus']['Status']}), still {summary['ClusterStatus']} ----\n"
+                      f"{r.stdout}{r.stderr}")
+    except Exception as exc:  # a report only: never the reason a test fails
+        print(f"no report of the unsettled nodes: {exc!r}")
 
 
 def _delete_all(srv: ServerProcess) -> None:
