@@ -90,6 +90,7 @@ def refusing_clients(runner: CommandRunner, *, now: Callable[[], datetime] = lam
     except ProviderError:
         added = False
     if added:
+        log.info("slurmctld stopping: new connections refused until it is down (at most until %s UTC)", until)
         sleep(DRAIN_SECONDS)
     else:
         log.info("cannot refuse new slurmctld connections while it stops (no iptables in the node?)")
