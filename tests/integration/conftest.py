@@ -96,9 +96,9 @@ def _report_unsettled(srv: ServerProcess) -> None:
 
     try:
         c = srv.client()
-        for summary in c.list_clusters()["ClusterSummaries"]:
-            if summary["ClusterStatus"] in ("InService", "Failed"):
-                continue
+        unsettled = [s for s in c.list_clusters()["ClusterSummaries"] if s["ClusterStatus"] not in ("InService",
+                                                                                                  "Failed")]
+        for summary in unsettled:
             cluster_id = summary["ClusterArn"].rsplit("/", 1)[1]
             nodes = c.list_cluster_nodes(ClusterName=summary["ClusterName"])["ClusterNodeSummaries"]
             for n in nodes:
@@ -109,6 +109,14 @@ def _report_unsettled(srv: ServerProcess) -> None:
                 print(f"---- {summary['ClusterName']} {n['InstanceGroupName']} {n['InstanceId']} "
                       f"({n['InstanceStatus']['Status']}), still {summary['ClusterStatus']} ----\n"
                       f"{r.stdout}{r.stderr}")
+        if not unsettled:
+            return
+        for log in sorted((srv.state_dir / "local" / "pkgproxy" / "log").glob("*")):  # what the nodes fetched
+            print(f"---- {log.name} (package proxy) ----\n" + "\n".join(log.read_text(errors="replace")
+                                                                     .splitlines()[-15:]))
+        ss = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, timeout=10).stdout
+        print("---- host listeners (package proxies, registries) ----\n" + "\n".join(
+            line for line in ss.splitlines() if ":3142 " in line or ":5000 " in line))
     except Exception as exc:  # a report only: never the reason a test fails
         print(f"no report of the unsettled nodes: {exc!r}")
 
