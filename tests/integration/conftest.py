@@ -83,7 +83,7 @@ def local_server(local_state: Path) -> Iterator[ServerProcess]:
 
 _POLL = re.compile(r"slurmpod\.api: \S+ (ListClusters|DescribeCluster|ListClusterNodes|DescribeClusterNode) 200 ")
 #: what a node is doing, for a cluster a test left neither InService nor Failed (a hung lifecycle script ...)
-_NODE_REPORT = ("ps -eo pid,ppid,stat,etime,wchan:24,args --forest | grep -v ' \\[' ; "
+_NODE_REPORT = ("ps -ww -eo pid,ppid,stat,etime,wchan:24,args --forest | grep -v ' \\[' ; "
                 "echo '-- provisioning.log'; tail -n 25 /var/log/provision/provisioning.log 2>&1; "
                 "echo '-- tcp'; ss -tanp 2>&1 | head -n 20")
 
