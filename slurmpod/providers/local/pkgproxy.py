@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurmpod.providers.local.commands import host_run
+from slurmpod.providers.local.procscan import ProcFS
 from slurmpod.providers.local.state import file_lock, read_json, write_json
 
 log = logging.getLogger("slurmpod.pkgproxy")
@@ -344,7 +345,7 @@ class PackageProxy:
 
     def _exists(self) -> bool:
         """This state dir ever had a proxy (``close``/``reset``/``status`` create nothing otherwise)."""
-        return self.paths.record.exists() or self.paths.pid_file.exists()
+        return self.paths.record.exists() or self.paths.pid_file.exists() or self.paths.conf.exists()
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[_Record]:
@@ -380,7 +381,11 @@ class PackageProxy:
             pid = int(self.paths.pid_file.read_text().strip() or 0)
         except (OSError, ValueError):
             pid = 0
-        if self._ours(pid):
+        if not self._ours(pid):
+            # a proxy started by a server killed before its record and apt-cacher-ng's pid file were written: found
+            # by its command line (this state dir's config dir), else it would hold the address forever
+            pid = next((p for p in ProcFS().pids() if self._ours(p)), 0)
+        if pid:
             rec.pid, rec.start = pid, _proc_start(pid) or ""
             return pid
         return 0

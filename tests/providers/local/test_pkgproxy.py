@@ -152,6 +152,33 @@ def test_unknown_pid_in_the_record_is_never_ours(tmp_path: Path) -> None:
     proxy.close()  # nothing signalled: we are still here
 
 
+def test_a_proxy_nobody_recorded_is_found_and_stopped(tmp_path: Path) -> None:
+    """A server killed between starting apt-cacher-ng and writing its record, before apt-cacher-ng wrote its pid
+    file: the process is found by its command line (this state dir's config dir) and stopped by ``close``; another
+    state dir's is left alone."""
+    procs = []
+    for name in ("mine", "other"):
+        paths = ProxyPaths.of(tmp_path / name)
+        paths.conf_dir.mkdir(parents=True)
+        paths.conf.write_text("")  # written before the process starts, as _start does
+        # argv[0] "apt-cacher-ng", the config dir among the arguments, as a real one
+        procs.append(subprocess.Popen(["bash", "-c", f"exec -a apt-cacher-ng bash -c 'while :; do sleep 0.1; done' "
+                                       f"-c {paths.conf_dir} ForeGround=1"]))
+    try:
+        mine, other = PackageProxy(tmp_path / "mine"), PackageProxy(tmp_path / "other")
+        deadline = time.monotonic() + 5
+        while mine.status()[0] != procs[0].pid and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert mine.status() == (procs[0].pid, [])  # found; the addresses it listens on are unknown
+        mine.close()
+        assert procs[0].wait(10) is not None
+        assert procs[1].poll() is None and other.status()[0] == procs[1].pid
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+
+
 def _profile_env(script: str) -> dict[str, str]:
     out = subprocess.run(["sh", "-c", f"{script}\nenv -0"], capture_output=True, timeout=10,
                          env={"PATH": "/usr/bin:/bin"}, check=True).stdout.decode()
