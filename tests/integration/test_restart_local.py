@@ -219,3 +219,14 @@ def test_kill9_during_create_converges(local_server, first_kill, second_kill):
     assert {line.split()[1] for line in r.stdout.splitlines()} == {"idle"}, r.stdout
     out = run_job(state, name, compute)
     print(f"job ran on {out}")
+    # one package proxy and one registry for the cluster's bridge, however often the server died starting them
+    from slurmpod.providers.local.pkgproxy import PackageProxy
+    from slurmpod.providers.local.registry import ContainerRegistry
+
+    bridge_ip = net["subnet"].rsplit(".", 1)[0] + ".1"
+    registries = ContainerRegistry(state).status()
+    assert [ip for ip, _ in registries] == [bridge_ip], registries
+    assert PackageProxy(state).status()[0] > 0
+    ss = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, timeout=10).stdout
+    listening = [line for line in ss.splitlines() if f" {bridge_ip}:" in line]
+    assert len(listening) == 2 and sum("docker-registry" in x for x in listening) == 1, listening
