@@ -333,10 +333,15 @@ def plan(obs: Observation) -> list[Action]:
     if st == ClusterStatus.SYSTEM_UPDATING:
         return list(plan_software_update(c, obs.nodes, obs.busy, obs.now))
     if st == ClusterStatus.DELETING:
+        # controllers go last: the other nodes leave Slurm through them (their jobs ended and recorded), which
+        # with a controller already gone waits for Slurm's timeouts (30 s and more for several head nodes)
+        ctl_groups = set(controller_groups(c.spec))
+        leaving = [n for n in obs.nodes if n.active or n.status == InstanceStatus.SHUTTING_DOWN]
+        others = any(n.group not in ctl_groups for n in leaving)
         actions: list[Action] = [
             RemoveNode(n.instance_id, "cluster deleted")
-            for n in obs.nodes
-            if n.instance_id not in obs.busy and (n.active or n.status == InstanceStatus.SHUTTING_DOWN)
+            for n in leaving
+            if n.instance_id not in obs.busy and not (others and n.group in ctl_groups)
         ]
         actions += _interrupt_boots(obs)
         if not obs.nodes and not obs.busy:

@@ -47,8 +47,22 @@ def test_booting_nodes_of_a_released_cluster_are_interrupted(status: ClusterStat
     queued = _node(3, "work", InstanceStatus.PENDING)  # not started
     actions = _plan(cluster, (ctl, booting, queued), {"i-2"})
     assert InterruptNode("i-2") in actions
-    assert {a.instance_id for a in actions if isinstance(a, RemoveNode)} == {"i-1", "i-3"}
+    # a deleted cluster's controller goes once the other nodes are gone (test below)
+    removed = {"i-3"} if status == ClusterStatus.DELETING else {"i-1", "i-3"}
+    assert {a.instance_id for a in actions if isinstance(a, RemoveNode)} == removed
     assert not [a for a in actions if isinstance(a, FinishDelete)]
+
+
+def test_a_deleted_cluster_removes_its_controllers_last() -> None:
+    """The other nodes leave Slurm through a controller: it stays until they are gone."""
+    cluster = _cluster(ClusterStatus.DELETING)
+    ctl = _node(1, "ctl", InstanceStatus.RUNNING)
+    work = (_node(2, "work", InstanceStatus.RUNNING), _node(3, "work", InstanceStatus.SHUTTING_DOWN))
+    first = _plan(cluster, (ctl, *work), {"i-3"})  # i-3 is leaving (busy)
+    assert [a.instance_id for a in first if isinstance(a, RemoveNode)] == ["i-2"]
+    last = _plan(cluster, (ctl,), set())
+    assert [a.instance_id for a in last if isinstance(a, RemoveNode)] == ["i-1"]
+    assert [a for a in _plan(cluster, (), set()) if isinstance(a, FinishDelete)]
 
 
 def test_a_busy_node_already_shutting_down_is_not_interrupted() -> None:
