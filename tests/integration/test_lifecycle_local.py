@@ -145,6 +145,16 @@ def group(name: str, count: int, node_type: str, lcc: dict[str, str] | None,
     return g
 
 
+def on_create_groups(src: Path, script: str, text: str, *, computes: int) -> list[dict[str, Any]]:
+    """A controller group and a compute group whose OnCreate is ``script`` (``text``) in a source at ``src``."""
+    write_source(src)
+    (src / script).write_text(text)
+    (src / script).chmod(0o755)
+    return [group("controller-group", 1, "Controller", None),
+            group("compute-group", computes, "Compute", {"SourceS3Uri": f"file://{src}", "OnCreate": script},
+                  ["compute"])]
+
+
 def all_events(client: Any, name: str) -> list[dict[str, Any]]:
     """Every event of the cluster (ListClusterEvents, all pages)."""
     out: list[dict[str, Any]] = []
@@ -275,15 +285,7 @@ def test_lifecycle_scripts_on_real_nodes(local_server, tmp_path):
 def test_failing_on_create_rolls_back_and_releases_everything(local_server, tmp_path):
     state = local_server.state_dir
     c = local_server.client()
-    src = tmp_path / "lcc-fail"
-    write_source(src)
-    (src / "fail.sh").write_text(FAIL)
-    (src / "fail.sh").chmod(0o755)
-    groups = [
-        group("controller-group", 1, "Controller", None),
-        group("compute-group", 2, "Compute", {"SourceS3Uri": f"file://{src}", "OnCreate": "fail.sh"},
-              ["compute"]),
-    ]
+    groups = on_create_groups(tmp_path / "lcc-fail", "fail.sh", FAIL, computes=2)
     t0 = time.monotonic()
     arn = c.create_cluster(ClusterName="lifecycle-fail", InstanceGroups=groups)["ClusterArn"]
     cluster_id = arn.rsplit("/", 1)[1]
@@ -357,14 +359,7 @@ def test_deleting_a_cluster_whose_on_create_hangs(local_server, tmp_path):
     the script with them, and nothing is left on the host."""
     state = local_server.state_dir
     c = local_server.client()
-    src = tmp_path / "lcc-hang"
-    write_source(src)
-    (src / "hang.sh").write_text(HANG)
-    (src / "hang.sh").chmod(0o755)
-    groups = [
-        group("controller-group", 1, "Controller", None),
-        group("compute-group", 1, "Compute", {"SourceS3Uri": f"file://{src}", "OnCreate": "hang.sh"}, ["compute"]),
-    ]
+    groups = on_create_groups(tmp_path / "lcc-hang", "hang.sh", HANG, computes=1)
     arn = c.create_cluster(ClusterName="lifecycle-hang", InstanceGroups=groups)["ClusterArn"]
     cluster_id = arn.rsplit("/", 1)[1]
     deadline = time.monotonic() + 60

@@ -98,14 +98,15 @@ class ContainerRegistry:
             yield rec
             write_json(self.dir / "registry.json", rec)
 
-    def _alive(self, rec: dict[str, Any], ip: str, *, adopt_only: bool = False) -> int | None:
-        """The live process serving ``ip``: the recorded one, else one found by its command line (adopted into
-        ``rec``; any further one is stopped unless ``adopt_only``)."""
+    def _alive(self, rec: dict[str, Any], ip: str, serving: dict[str, list[int]] | None = None, *,
+               adopt_only: bool = False) -> int | None:
+        """The live process serving ``ip``: the recorded one, else one found by its command line (``serving``, or
+        a scan of /proc now), adopted into ``rec``; any further one is stopped unless ``adopt_only``."""
         pid, start = rec["procs"].get(ip, [0, ""])
         if pid and _proc_start(pid) == start:
             return int(pid)
         rec["procs"].pop(ip, None)
-        found = self._unrecorded(ip)
+        found = (self._serving() if serving is None else serving).get(ip, [])
         for extra in [] if adopt_only else found[1:]:
             self._kill(extra)
         if not found:
@@ -113,16 +114,17 @@ class ContainerRegistry:
         rec["procs"][ip] = [found[0], _proc_start(found[0]) or ""]
         return found[0]
 
-    def _unrecorded(self, ip: str) -> list[int]:
-        """PIDs of live processes serving this state dir's configuration for ``ip``."""
-        want = [self.binary, "serve", str(self.dir / "conf" / f"{ip}.yml")]
+    def _serving(self) -> dict[str, list[int]]:
+        """Address -> PIDs of the live processes serving this state dir's configurations (one scan of /proc)."""
+        conf_dir = str(self.dir / "conf") + "/"
         proc = ProcFS()
-        # (the last three arguments: a script interpreter may come first)
-        return [pid for pid in proc.pids() if proc.argv(pid)[-3:] == want and _proc_start(pid) is not None]
-
-    def _configured(self) -> set[str]:
-        """Every address this state dir ever wrote a configuration for."""
-        return {p.name.removesuffix(".yml") for p in (self.dir / "conf").glob("*.yml")}
+        out: dict[str, list[int]] = {}
+        for pid in proc.pids():
+            argv = proc.argv(pid)[-3:]  # (the last three arguments: a script interpreter may come first)
+            if len(argv) == 3 and argv[:2] == [self.binary, "serve"] and argv[2].startswith(conf_dir) \
+                    and argv[2].endswith(".yml") and _proc_start(pid) is not None:
+                out.setdefault(argv[2][len(conf_dir):-len(".yml")], []).append(pid)
+        return out
 
     def ensure(self, bridge_ip: str) -> None:
         ip = check_bind_address(bridge_ip)
@@ -155,8 +157,9 @@ class ContainerRegistry:
         if not (self.dir / "conf").is_dir():  # never started here (creates nothing)
             return
         with self._locked() as rec:
-            for ip in sorted(set(rec["procs"]) | self._configured()):
-                self._stop(rec, ip)
+            serving = self._serving()
+            for ip in sorted(set(rec["procs"]) | set(serving)):
+                self._stop(rec, ip, serving)
 
     def reset(self) -> None:
         self.close()
@@ -169,7 +172,8 @@ class ContainerRegistry:
         rec = read_json(self.dir / "registry.json", None) or {"procs": {}}
         if not (self.dir / "conf").is_dir():
             return []
-        running = {ip: self._alive(rec, ip, adopt_only=True) for ip in set(rec["procs"]) | self._configured()}
+        serving = self._serving()
+        running = {ip: self._alive(rec, ip, serving, adopt_only=True) for ip in set(rec["procs"]) | set(serving)}
         return [(ip, pid) for ip, pid in sorted(running.items()) if pid]
 
     def address(self) -> str | None:
@@ -204,8 +208,8 @@ class ContainerRegistry:
                 raise RegistryError(f"container registry on {ip}:{self.port} did not start: {' | '.join(tail)}")
             time.sleep(0.05)
 
-    def _stop(self, rec: dict[str, Any], ip: str) -> None:
-        pid = self._alive(rec, ip)
+    def _stop(self, rec: dict[str, Any], ip: str, serving: dict[str, list[int]] | None = None) -> None:
+        pid = self._alive(rec, ip, serving)
         rec["procs"].pop(ip, None)
         if pid:
             self._kill(pid)

@@ -70,7 +70,7 @@ class LocalRunner:
                     _kill_group(proc)
                     raise TemporaryProviderError(f"timed out after {timeout}s in node: {' '.join(argv)}") from exc
                 except BrokenPipeError:  # cancelled while its input was being written
-                    proc.wait()
+                    _kill_group(proc)  # (a bounded wait for nsenter)
             if self._inflight is not None:
                 self._inflight[0].check(self._inflight[1])  # cancelled: its result means nothing
             out.seek(0)
