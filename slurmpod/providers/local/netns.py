@@ -11,6 +11,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import socket
 from pathlib import Path
 
 from slurmpod.providers.base import SetupError, TemporaryProviderError
@@ -122,6 +123,16 @@ def link_up(name: str) -> bool:
         return bool(int(Path(f"/sys/class/net/{name}/flags").read_text(), 16) & 0x1)
     except (OSError, ValueError):
         return False
+
+
+def has_address(ip: str) -> bool:
+    """Whether ``ip`` is an address of this host (a bind to it succeeds; no command, no packet)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind((ip, 0))
+        except OSError:
+            return False
+    return True
 
 
 def ensure_bridge(name: str, subnet: str, alias: str) -> None:

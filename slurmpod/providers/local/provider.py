@@ -30,7 +30,6 @@ from slurmpod.providers.base import (
 from slurmpod.providers.inflight import InFlight
 from slurmpod.providers.local import holder, netns
 from slurmpod.providers.local.bridgeservices import BridgeServices
-from slurmpod.providers.local.commands import host_run
 from slurmpod.providers.local.holder import SEED_FILE, write_seed
 from slurmpod.providers.local.imds_attach import ImdsAttachments
 from slurmpod.providers.local.layout import (
@@ -134,9 +133,9 @@ class LocalProvider:
             current = alias_file.read_text().strip()
             if current and current != self._alias:
                 raise PermanentProviderError(f"bridge {bridge} belongs to another state dir ({current})")
-            if current == self._alias:
-                if not netns.link_up(bridge):  # every launch comes here: no `ip` command when it is up
-                    host_run(["ip", "link", "set", bridge, "up"])
+            # every launch comes here: no `ip` command when the bridge is up with its address (a server killed
+            # between `ip link add` and `ip addr add` left one without: ensure_bridge below adds what is missing)
+            if current == self._alias and netns.link_up(bridge) and netns.has_address(netns.gateway_ip(subnet)):
                 return
         netns.ensure_bridge(bridge, subnet, self._alias)
 

@@ -317,6 +317,27 @@ def test_terminate_and_teardown_leave_nothing(state_dir: Path) -> None:
     assert not [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if str(state_dir) in m]
 
 
+def test_a_bridge_left_without_its_address_gets_it_back(state_dir: Path) -> None:
+    """A server killed between creating the cluster bridge (alias set) and giving it the host's .1 address: the
+    next prepare adds the address, so the package proxy and the registry can listen on it."""
+    from slurmpod.providers.local import netns
+
+    prov = LocalProvider(state_dir)
+    cid = "lpcclust0004"
+    prov.prepare_cluster(cid)
+    try:
+        net = json.loads(prov.layout.network(cid).read_text())
+        gateway = netns.gateway_ip(net["subnet"])
+        subprocess.run(["ip", "addr", "flush", "dev", net["bridge"]], check=True, timeout=10)
+        assert not netns.has_address(gateway)
+        prov.prepare_cluster(cid)
+        assert netns.has_address(gateway)
+        assert gateway in prov.services.pkgproxy.status()[1]  # (with the module cluster's bridge address)
+        assert gateway in [ip for ip, _ in prov.services.registry.status()]
+    finally:
+        prov.teardown_cluster(cid)
+
+
 def test_crashed_node_reported_dead_then_rebooted(provider: LocalProvider, nodes: dict) -> None:
     b = IDS[1]
     meta = provider.layout.instance(CLUSTER, b) / "meta.json"
