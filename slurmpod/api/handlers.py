@@ -14,7 +14,7 @@ from slurmpod.domain.model import ClusterRecord, NodeRecord
 from slurmpod.domain.status import ImageVersionStatus
 from slurmpod.domain.views import current_count, group_status
 from slurmpod.errors import ValidationException, validation_message
-from slurmpod.service.clusters import Caller, ClusterService
+from slurmpod.service.clusters import Caller, ClusterService, ImageCatalog
 
 Params = Mapping[str, Any]
 Handler = Callable[[ClusterService, Caller, Params], dict[str, Any]]
@@ -22,23 +22,28 @@ Handler = Callable[[ClusterService, Caller, Params], dict[str, Any]]
 BUILTIN_IMAGE_FALLBACK = "ami-00000000000000000"
 
 
-def _desired_image(svc: ClusterService, rec: ClusterRecord, group: str) -> str:
+def _catalog(svc: ClusterService) -> ImageCatalog | None:
+    """The image catalogue as read now (one store read per request, whatever the lookups)."""
+    return svc.images.snapshot() if svc.images is not None else None
+
+
+def _desired_image(images: ImageCatalog | None, rec: ClusterRecord, group: str) -> str:
     su = rec.software_update
     if su is not None and group in su.groups:
         return su.target_image
     spec = rec.spec.group(group)
-    if svc.images is None:
+    if images is None:
         return (spec.image_id if spec and spec.image_id not in (None, "default") else None) or BUILTIN_IMAGE_FALLBACK
     try:
-        return svc.images.resolve(spec.image_id if spec else None).image_id
+        return images.resolve(spec.image_id if spec else None).image_id
     except ValueError:
-        return svc.images.latest().image_id
+        return images.latest().image_id
 
 
-def _stale_status(svc: ClusterService, current: str) -> ImageVersionStatus:
+def _stale_status(images: ImageCatalog | None, current: str) -> ImageVersionStatus:
     """Why an instance on ``current`` should update: the release's mark (``slurmpod images mark``) or just a
     newer release."""
-    image = svc.images.get(current) if svc.images is not None else None
+    image = images.get(current) if images is not None else None
     mark = image.status if image is not None else None
     if mark == ImageVersionStatus.SECURITY_UPDATE_REQUIRED.value:
         return ImageVersionStatus.SECURITY_UPDATE_REQUIRED
@@ -47,12 +52,13 @@ def _stale_status(svc: ClusterService, current: str) -> ImageVersionStatus:
     return ImageVersionStatus.UPDATE_AVAILABLE
 
 
-def _version_status(svc: ClusterService, current: str | None, desired: str) -> ImageVersionStatus:
-    return ImageVersionStatus.UP_TO_DATE if current in (None, desired) else _stale_status(svc, current)
+def _version_status(images: ImageCatalog | None, current: str | None, desired: str) -> ImageVersionStatus:
+    return ImageVersionStatus.UP_TO_DATE if current in (None, desired) else _stale_status(images, current)
 
 
-def _group_image(svc: ClusterService, rec: ClusterRecord, group: str, nodes: list[NodeRecord]) -> tr.ImageView:
-    desired = _desired_image(svc, rec, group)
+def _group_image(catalog: ImageCatalog | None, rec: ClusterRecord, group: str, nodes: list[NodeRecord]
+                 ) -> tr.ImageView:
+    desired = _desired_image(catalog, rec, group)
     images = [n.image_id for n in nodes if n.group == group and n.active and n.image_id]
     stale = [i for i in images if i != desired]
     current = (stale[0] if stale else desired) if images else desired
@@ -60,7 +66,7 @@ def _group_image(svc: ClusterService, rec: ClusterRecord, group: str, nodes: lis
     return tr.ImageView(
         current=current,
         desired=desired,
-        status=_stale_status(svc, stale[0]) if stale else ImageVersionStatus.UP_TO_DATE,
+        status=_stale_status(catalog, stale[0]) if stale else ImageVersionStatus.UP_TO_DATE,
         software_update_status=rec.software_update_status.get(group),
         active_update=su.deployment if su is not None and group in su.groups else None,
     )
@@ -93,9 +99,10 @@ def describe_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str
     rec = svc.resolve(caller, p["ClusterName"])
     nodes = svc.store.node_tally(rec.cluster_id)  # group/status/image per node only: one GROUP BY, not every row
     legacy = rec.spec.topology_source != "api"  # roles derived from provisioning_parameters.json: not shown
+    images = _catalog(svc)
     groups = [
         tr.group_details(rec, replace(g, slurm_config=None) if legacy else g, group_status(rec, g, nodes),
-                         current_count(g.name, nodes), _group_image(svc, rec, g.name, nodes))
+                         current_count(g.name, nodes), _group_image(images, rec, g.name, nodes))
         for g in rec.spec.instance_groups
     ]
     return tr.describe_cluster(rec, groups)
@@ -107,7 +114,7 @@ def delete_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, 
 
 
 def list_clusters(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
-    items = svc.list_clusters(caller)
+    items = svc.cluster_summaries(caller)
     after, before, contains = p.get("CreationTimeAfter"), p.get("CreationTimeBefore"), p.get("NameContains")
     if after is not None:
         items = [c for c in items if c.creation_time > epoch(after)]
@@ -200,13 +207,15 @@ def _node_page(svc: ClusterService, rec: ClusterRecord, p: Params, page: list[No
                token: str | None) -> dict[str, Any]:
     types = {g.name: g.instance_type for g in rec.spec.instance_groups}
     include_logical = bool(p.get("IncludeNodeLogicalIds"))
-    desired: dict[str, str] = {}  # per group, not per node (each lookup reads the image catalogue)
+    desired: dict[str, str] = {}  # per group, not per node
+    images = _catalog(svc)
     for n in page:
         if n.group not in desired:
-            desired[n.group] = _desired_image(svc, rec, n.group)
+            desired[n.group] = _desired_image(images, rec, n.group)
     out: dict[str, Any] = {
         "ClusterNodeSummaries": [
-            tr.node_summary(n, types.get(n.group), include_logical, _version_status(svc, n.image_id, desired[n.group]))
+            tr.node_summary(n, types.get(n.group), include_logical,
+                            _version_status(images, n.image_id, desired[n.group]))
             for n in page
         ]
     }
@@ -222,8 +231,9 @@ def describe_cluster_node(svc: ClusterService, caller: Caller, p: Params) -> dic
     if bool(node_id) == bool(logical_id):
         raise ValidationException("You can specify either NodeLogicalId or InstanceId, but not both.")
     node = svc.find_node(rec, node_id, logical_id)
-    desired = _desired_image(svc, rec, node.group)
-    view = tr.ImageView(node.image_id or desired, desired, _version_status(svc, node.image_id, desired))
+    images = _catalog(svc)
+    desired = _desired_image(images, rec, node.group)
+    view = tr.ImageView(node.image_id or desired, desired, _version_status(images, node.image_id, desired))
     return {"NodeDetails": tr.node_details(node, rec.spec.group(node.group), rec.region, view)}
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmpod.domain.deep_health import HealthCheckTarget
-from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord, ClusterSummary, NodeRecord
 from slurmpod.domain.spec import (
     AccountingDatabaseSpec,
     CapacitySize,
@@ -335,7 +335,7 @@ def describe_cluster(cluster: ClusterRecord, groups: list[dict[str, Any]]) -> di
     return out
 
 
-def cluster_summary(c: ClusterRecord) -> dict[str, Any]:
+def cluster_summary(c: ClusterRecord | ClusterSummary) -> dict[str, Any]:
     return {
         "ClusterArn": c.arn,
         "ClusterName": c.name,

@@ -110,6 +110,18 @@ def software_update_status_from_dict(d: Mapping[str, Any]) -> dict[str, Software
 
 
 @dataclass(frozen=True)
+class ClusterSummary:
+    """What ListClusters shows of a cluster (read without its spec: a page of 100 out of 1,000 clusters parsed all
+    1,000 specs)."""
+
+    cluster_id: str
+    name: str
+    arn: str
+    status: ClusterStatus
+    creation_time: float
+
+
+@dataclass(frozen=True)
 class ClusterRecord:
     cluster_id: str
     account_id: str

@@ -114,6 +114,19 @@ def image_users(store: NodeSource) -> dict[str, list[str]]:
     return users
 
 
+class _Pinned:
+    """One read of the catalogue setting, as a read-only settings store."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def get_setting(self, key: str) -> Any:
+        return self.raw if key == _KEY else None
+
+    def put_setting(self, key: str, value: Any) -> None:
+        raise ImageError("A catalogue snapshot cannot publish images.")
+
+
 class ImageCatalog:
     def __init__(self, store: SettingsStore) -> None:
         self.store = store
@@ -133,6 +146,13 @@ class ImageCatalog:
 
     def latest(self) -> Image:
         return self.releases()[-1]
+
+    def snapshot(self) -> ImageCatalog:
+        """The catalogue as read now, for one request: its lookups read the store no more (a DescribeCluster read
+        the catalogue once per instance group, a CreateCluster twice)."""
+        pinned = ImageCatalog(_Pinned(self.store.get_setting(_KEY) or []))
+        pinned._memo = self._memo  # the parse of an unchanged catalogue is reused
+        return pinned
 
     def get(self, image_id: str) -> Image | None:
         return next((i for i in self.releases() if i.image_id == image_id), None)

@@ -20,7 +20,7 @@ from slurmpod.domain.legacy import (
     apply_provisioning_parameters,
     is_api_driven,
 )
-from slurmpod.domain.model import ClusterRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord, ClusterSummary, NodeRecord
 from slurmpod.domain.software import deployment_findings, new_software_update, refresh_schedules, schedule_findings
 from slurmpod.domain.spec import ClusterSpec, DeploymentSpec, InstanceGroupSpec, SlurmConfig
 from slurmpod.domain.status import ClusterStatus, InstanceStatus, NodeType, SoftwareUpdateStatus
@@ -104,6 +104,10 @@ class ClusterService:
     def list_clusters(self, caller: Caller) -> list[ClusterRecord]:
         return self.store.list_clusters(caller.account_id, caller.region)
 
+    def cluster_summaries(self, caller: Caller) -> list[ClusterSummary]:
+        """ListClusters' view: no specs read."""
+        return self.store.list_cluster_summaries(caller.account_id, caller.region)
+
     def nodes(self, cluster: ClusterRecord) -> list[NodeRecord]:
         return [n for n in self.store.list_nodes(cluster.cluster_id) if n.status != InstanceStatus.NOT_FOUND]
 
@@ -182,7 +186,9 @@ class ClusterService:
             raise ResourceInUse(f"Cluster {spec.name} already exists.")
         infos = self._snapshots(spec)
         spec = self._legacy_topology(spec, infos)
-        slurm = slurm_versions.mix_findings(spec, slurm_versions.desired_versions(spec, self._image_of))
+        images = self.images.snapshot() if self.images is not None else None
+        slurm = slurm_versions.mix_findings(
+            spec, slurm_versions.desired_versions(spec, lambda image_id: self._image_of(image_id, images)))
         if slurm:
             raise ValidationException(validation_message(slurm))
         snapshots = {g: i.digest for g, i in infos.items()}
@@ -280,12 +286,14 @@ class ClusterService:
         problem = self.secret_check(adb.secret_arn, caller.account_id)
         return [problem] if problem else []
 
-    def _image_of(self, image_id: str | None) -> Image | None:
-        """The catalogue's image for an ImageId (``None``/``default``: the latest release); None if unknown."""
-        if self.images is None:
+    def _image_of(self, image_id: str | None, images: ImageCatalog | None = None) -> Image | None:
+        """The catalogue's image for an ImageId (``None``/``default``: the latest release); None if unknown.
+        ``images``: a snapshot of the catalogue (``ImageCatalog.snapshot``) to look in instead of reading it."""
+        catalog = images if images is not None else self.images
+        if catalog is None:
             return None
         try:
-            return self.images.resolve(image_id)
+            return catalog.resolve(image_id)
         except ImageError:
             return None
 

@@ -77,6 +77,8 @@ class AuditLog:
         compiled = _INSERT.compile(dialect=engine.dialect, column_keys=list(_COLUMNS))
         self._insert_sql = compiled.string
         self._positional = tuple(compiled.positiontup or ()) if compiled.positional else None
+        # ``engine`` is the store's engine for reads: on PostgreSQL its connections are in autocommit
+        self._autocommit = engine.dialect.name == "postgresql"
 
     def add(self, rec: AuditRecord) -> None:
         """Appends ``rec`` in a transaction of its own, committed (durable) when this returns."""
@@ -88,7 +90,9 @@ class AuditLog:
             "error_code": rec.error_code, "detail": rec.detail,
         }
         params: Any = values if self._positional is None else tuple(values[k] for k in self._positional)
-        with self._begin() as conn:
+        # PostgreSQL: one statement in autocommit, one round trip (BEGIN, INSERT, COMMIT were three) with the same
+        # durability (committed when the statement returns); SQLite: a write transaction of its own
+        with (self.engine.connect() if self._autocommit else self._begin()) as conn:
             cursor = conn.connection.cursor()
             try:
                 cursor.execute(self._insert_sql, params)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord, ClusterSummary, EventRecord, NodeRecord
 from slurmpod.domain.operations import ClientTokenRecord, OperationKind, OperationRecord
 from slurmpod.domain.status import InstanceStatus
 
@@ -44,6 +44,10 @@ class ClusterRepo(Protocol):
 
     def list_clusters(self, account_id: str | None = None, region: str | None = None) -> list[ClusterRecord]:
         """By creation time; every account's (region's) when ``account_id`` (``region``) is None."""
+        ...
+
+    def list_cluster_summaries(self, account_id: str, region: str) -> list[ClusterSummary]:
+        """The account's clusters in ``region`` as ListClusters shows them, by creation time."""
         ...
 
     def cluster_ids(self) -> list[str]: ...

@@ -20,9 +20,9 @@ from sqlalchemy import and_, bindparam, delete, func, insert, select, text, tupl
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from slurmpod.domain.model import ClusterRecord, EventRecord, NodeRecord
+from slurmpod.domain.model import ClusterRecord, ClusterSummary, EventRecord, NodeRecord
 from slurmpod.domain.operations import ClientTokenRecord, OperationKind, OperationRecord
-from slurmpod.domain.status import InstanceStatus
+from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.errors import ResourceInUse, VersionConflict
 from slurmpod.store import operations as ops
 from slurmpod.store.audit import AuditLog
@@ -60,6 +60,10 @@ _CLUSTER_BY_ID = select(clusters).where(clusters.c.cluster_id == bindparam("k_ci
 _CLUSTER_BY_NAME = select(clusters).where(and_(clusters.c.account_id == bindparam("k_acct"),
                                               clusters.c.region == bindparam("k_region"),
                                               clusters.c.name == bindparam("k_name")))
+_SUMMARIES = (select(clusters.c.cluster_id, clusters.c.name, clusters.c.arn, clusters.c.status,
+                     clusters.c.creation_time)
+              .where(and_(clusters.c.account_id == bindparam("k_acct"), clusters.c.region == bindparam("k_region")))
+              .order_by(clusters.c.creation_time, clusters.c.cluster_id))
 _UPDATE_NODE = (
     update(nodes)
     .where(and_(nodes.c.instance_id == bindparam("k_iid"), nodes.c.version == bindparam("k_ver")))
@@ -203,6 +207,11 @@ class SqlStore:
             q = q.where(clusters.c.region == region)
         with self._reads.connect() as conn:
             return [rec for r in conn.execute(q) if (rec := self._parsed(r)) is not None]
+
+    def list_cluster_summaries(self, account_id: str, region: str) -> list[ClusterSummary]:
+        with self._reads.connect() as conn:
+            rows = conn.execute(_SUMMARIES, {"k_acct": account_id, "k_region": region}).all()
+        return [ClusterSummary(r[0], r[1], r[2], ClusterStatus(r[3]), float(r[4])) for r in rows]
 
     def cluster_ids(self) -> list[str]:
         with self._reads.connect() as conn:

@@ -14,7 +14,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 import slurmpod.store.sql as sqlmod
-from slurmpod.domain.model import ClusterRecord, EventDetails, EventRecord, GroupScaling, NodeRecord
+from slurmpod.domain.model import ClusterRecord, ClusterSummary, EventDetails, EventRecord, GroupScaling, NodeRecord
 from slurmpod.domain.spec import (
     CapacitySize,
     CapacitySizeType,
@@ -301,6 +301,22 @@ def test_duplicate_name_in_account_is_resource_in_use(store: SqlStore) -> None:
     assert store.find_cluster(ACCOUNT, "ap-northeast-1", "alpha") == tokyo
     assert store.find_cluster(ACCOUNT, REGION, "alpha") == first
     assert [c.cluster_id for c in store.list_clusters(ACCOUNT, "ap-northeast-1")] == ["abcdefghij04"]
+
+
+def test_cluster_summaries_are_the_account_regions_clusters_by_creation_time(store: SqlStore) -> None:
+    """ListClusters' read: the summary columns of the account's clusters in one region, oldest first."""
+    late = replace(make_cluster("abcdefghij01", "late"), creation_time=2000.0, status=ClusterStatus.IN_SERVICE)
+    early = replace(make_cluster("abcdefghij02", "early"), creation_time=1000.0)
+    store.create_cluster(late)
+    store.create_cluster(early)
+    store.create_cluster(make_cluster("abcdefghij03", "theirs", OTHER_ACCOUNT))
+    store.create_cluster(replace(make_cluster("abcdefghij04", "tokyo"), region="ap-northeast-1"))
+
+    got = store.list_cluster_summaries(ACCOUNT, REGION)
+    assert got == [ClusterSummary("abcdefghij02", "early", early.arn, early.status, 1000.0),
+                   ClusterSummary("abcdefghij01", "late", late.arn, ClusterStatus.IN_SERVICE, 2000.0)]
+    assert [s.name for s in store.list_cluster_summaries(ACCOUNT, "ap-northeast-1")] == ["tokyo"]
+    assert store.list_cluster_summaries("000000000000", REGION) == []
 
 
 def test_cluster_version_conflict_first_writer_wins(store: SqlStore) -> None:
