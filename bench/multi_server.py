@@ -67,16 +67,32 @@ def _client(endpoint: str, key: tuple[str, str]) -> Any:
 
 
 def _describers(endpoints: list[str], key: tuple[str, str], clusters: int, first: int, threads: int,
-                done: Any, out: Any, pace: float = 0.0) -> None:
+                done: Any, out: Any, pace: float = 0.0, go: Any = None, ready: Any = None) -> None:
     """A client process: ``threads`` DescribeCluster loops (client ``first + t`` of ``CLIENTS``) until ``done``,
     each call ``pace`` seconds after the previous one started (0: back to back); puts (latencies, errors, CPU
-    seconds) on ``out``."""
+    seconds, first-call latencies) on ``out``. With ``go``: each client is made and sends one first call (a
+    cluster that does not exist) before it, reported apart, and the process puts on ``ready`` once all are made:
+    a boto3 client's first call builds its endpoint resolution and connection in the client process (tens to
+    hundreds of ms when 50 start at once on 2 cores); that is not the servers' latency."""
     latencies: list[float] = []
+    cold: list[float] = []
     errors = [0]
+    made = threading.Barrier(threads)
 
     def loop(k: int) -> None:
         c = _client(endpoints[k % len(endpoints)], key)
         i = k
+        if go is not None:
+            t = time.perf_counter()
+            try:
+                c.describe_cluster(ClusterName="bench-first-call")
+            except c.exceptions.ResourceNotFound:
+                pass
+            cold.append(time.perf_counter() - t)
+            if made.wait() == 0:
+                ready.put(threads)
+            go.wait()
+            done.wait(pace * k / CLIENTS)  # independent pollers: their phases spread over the period, not in step
         while not done.is_set():
             t = time.perf_counter()
             try:
@@ -94,7 +110,7 @@ def _describers(endpoints: list[str], key: tuple[str, str], clusters: int, first
         t.start()
     for t in ts:
         t.join()
-    out.put((latencies, errors[0], cpu_seconds()))
+    out.put((latencies, errors[0], cpu_seconds(), cold))
 
 
 _SAMPLE = re.compile(r"^slurmpod_api_request_duration_seconds_bucket\{([^}]*)\} ([0-9.e+]+)$", re.M)
@@ -140,21 +156,24 @@ def _measure(servers: list[BenchServer], clusters: int, nodes: int, pace: float 
     key = (cred.access_key_id, cred.secret_access_key)
     endpoints = [s.endpoint for s in servers]
     clients = [s.client() for s in servers]
+    spawn = mp.get_context("spawn")
+    done, go, out, ready = spawn.Event(), spawn.Event(), spawn.Queue(), spawn.Queue()
+    per = CLIENTS // CLIENT_PROCS
+    procs = [spawn.Process(target=_describers,
+                           args=(endpoints, key, clusters, k * per, per, done, out, pace, go, ready), daemon=True)
+             for k in range(CLIENT_PROCS)]
+    for p in procs:  # the clients are made, and make their first call, before the clock starts
+        p.start()
+    for _ in procs:
+        ready.get(timeout=120)
     load0 = os.getloadavg()
     cpu0 = [cpu_seconds(s.proc.pid if s.proc else None) for s in servers]
-    spawn = mp.get_context("spawn")
-    done, out = spawn.Event(), spawn.Queue()
-    per = CLIENTS // CLIENT_PROCS
-    procs = [spawn.Process(target=_describers, args=(endpoints, key, clusters, k * per, per, done, out, pace),
-                           daemon=True)
-             for k in range(CLIENT_PROCS)]
     t0 = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda i: clients[i % len(clients)].create_cluster(
             ClusterName=f"b{i}", InstanceGroups=_groups(nodes)), range(clusters)))
     created = time.monotonic() - t0
-    for p in procs:
-        p.start()
+    go.set()
     try:
         not_in_service = _wait_in_service(clients[0], clusters, t0)
         in_service = time.monotonic() - t0
@@ -167,11 +186,14 @@ def _measure(servers: list[BenchServer], clusters: int, nodes: int, pace: float 
             p.join(timeout=30)
     lat = sorted(x for r in results for x in r[0])
     p99 = lat[int(0.99 * (len(lat) - 1))] * 1000 if lat else 0.0
+    cold = sorted(x for r in results for x in r[3])
     return {"servers": len(servers), "pace_s": pace, "clusters": clusters, "nodes": clusters * nodes,
             "created_s": round(created, 2),
             "in_service_s": in_service, "not_in_service": not_in_service, "describe_calls": len(lat),
             "describe_errors": sum(r[1] for r in results),
             "describe_p50_ms": statistics.median(lat) * 1000 if lat else 0.0, "describe_p99_ms": p99,
+            "first_call_median_ms": round(statistics.median(cold) * 1000, 1) if cold else 0.0,
+            "first_call_max_ms": round(cold[-1] * 1000, 1) if cold else 0.0,
             **_server_view(_server_histogram(servers)),
             "server_cpu_s": round(server_cpu, 1), "client_cpu_s": round(sum(r[2] for r in results), 1),
             "loadavg_start": [round(x, 2) for x in load0], "loadavg_end": [round(x, 2) for x in load1]}
