@@ -246,8 +246,7 @@ async def _handle(ctx: ApiContext, request: Request, run: Run) -> tuple[int, byt
     # the access log: changes and failures at INFO; successful reads (status polling, 3 % of a request's interpreter
     # time) at DEBUG: the audit trail (`slurmpod audit`) and the latency histogram (/metrics) have every call
     level = logging.DEBUG if status == 200 and is_read_only(op) else logging.INFO
-    if log.isEnabledFor(level):
-        log.log(level, "%s %s %d %s %.1fms", request_id[:8], op, status, code, (time.monotonic() - started) * 1000)
+    log.log(level, "%s %s %d %s %.1fms", request_id[:8], op, status, code, (time.monotonic() - started) * 1000)
     metrics.observe_request(op if op in HANDLERS else "other", code, time.monotonic() - started)
     return status, body, request_id
 

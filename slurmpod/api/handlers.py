@@ -22,11 +22,6 @@ Handler = Callable[[ClusterService, Caller, Params], dict[str, Any]]
 BUILTIN_IMAGE_FALLBACK = "ami-00000000000000000"
 
 
-def _catalog(svc: ClusterService) -> ImageCatalog | None:
-    """The image catalogue as read now (one store read per request, whatever the lookups)."""
-    return svc.images.snapshot() if svc.images is not None else None
-
-
 def _desired_image(images: ImageCatalog | None, rec: ClusterRecord, group: str) -> str:
     su = rec.software_update
     if su is not None and group in su.groups:
@@ -99,7 +94,7 @@ def describe_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str
     rec = svc.resolve(caller, p["ClusterName"])
     nodes = svc.store.node_tally(rec.cluster_id)  # group/status/image per node only: one GROUP BY, not every row
     legacy = rec.spec.topology_source != "api"  # roles derived from provisioning_parameters.json: not shown
-    images = _catalog(svc)
+    images = svc.image_catalog()
     groups = [
         tr.group_details(rec, replace(g, slurm_config=None) if legacy else g, group_status(rec, g, nodes),
                          current_count(g.name, nodes), _group_image(images, rec, g.name, nodes))
@@ -208,7 +203,7 @@ def _node_page(svc: ClusterService, rec: ClusterRecord, p: Params, page: list[No
     types = {g.name: g.instance_type for g in rec.spec.instance_groups}
     include_logical = bool(p.get("IncludeNodeLogicalIds"))
     desired: dict[str, str] = {}  # per group, not per node
-    images = _catalog(svc)
+    images = svc.image_catalog()
     for n in page:
         if n.group not in desired:
             desired[n.group] = _desired_image(images, rec, n.group)
@@ -231,7 +226,7 @@ def describe_cluster_node(svc: ClusterService, caller: Caller, p: Params) -> dic
     if bool(node_id) == bool(logical_id):
         raise ValidationException("You can specify either NodeLogicalId or InstanceId, but not both.")
     node = svc.find_node(rec, node_id, logical_id)
-    images = _catalog(svc)
+    images = svc.image_catalog()
     desired = _desired_image(images, rec, node.group)
     view = tr.ImageView(node.image_id or desired, desired, _version_status(images, node.image_id, desired))
     return {"NodeDetails": tr.node_details(node, rec.spec.group(node.group), rec.region, view)}

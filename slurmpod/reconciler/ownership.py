@@ -3,11 +3,10 @@
 A thread that, every ``tick`` (a quarter of the lease, at most 1 s): heartbeats this replica, renews the
 leases it holds once a third of the lease has passed (one UPDATE), forgets those it lost, takes free leases of
 the clusters it is the preferred owner of (``domain.ownership.preferred``: reachable nodes, rendezvous hash),
-takes any free lease left
-untaken for a whole lease period (so no cluster waits on a server that cannot take it), and hands back idle
-clusters another live server is preferred for (the spread after a server joins). ``owns`` answers the
-reconciler; ``epoch`` answers the fenced store (``store.leases``). ``release_all`` on a clean stop lets the
-others take over at once instead of after the lease expires.
+takes any free lease left untaken for a whole lease period (so no cluster waits on a server that cannot take it),
+and hands back idle clusters another live server is preferred for (the spread after a server joins). ``owns``
+answers the reconciler; ``epoch`` answers the fenced store (``store.leases``). ``release_all`` on a clean stop
+lets the others take over at once instead of after the lease expires.
 
 A pass takes its leases in one transaction (``LeaseStore.acquire_many``), at most ``MAX_TAKES``: taking 500 one
 transaction each took longer than a lease under load, so the first ones expired before their first renewal and the

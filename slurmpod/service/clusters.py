@@ -104,6 +104,10 @@ class ClusterService:
     def list_clusters(self, caller: Caller) -> list[ClusterRecord]:
         return self.store.list_clusters(caller.account_id, caller.region)
 
+    def image_catalog(self) -> ImageCatalog | None:
+        """The image catalogue as read now, for one request's lookups (one store read, whatever the lookups)."""
+        return self.images.snapshot() if self.images is not None else None
+
     def cluster_summaries(self, caller: Caller) -> list[ClusterSummary]:
         """ListClusters' view: no specs read."""
         return self.store.list_cluster_summaries(caller.account_id, caller.region)
@@ -186,7 +190,7 @@ class ClusterService:
             raise ResourceInUse(f"Cluster {spec.name} already exists.")
         infos = self._snapshots(spec)
         spec = self._legacy_topology(spec, infos)
-        images = self.images.snapshot() if self.images is not None else None
+        images = self.image_catalog()
         slurm = slurm_versions.mix_findings(
             spec, slurm_versions.desired_versions(spec, lambda image_id: self._image_of(image_id, images)))
         if slurm:

@@ -77,8 +77,8 @@ class AuditLog:
         compiled = _INSERT.compile(dialect=engine.dialect, column_keys=list(_COLUMNS))
         self._insert_sql = compiled.string
         self._positional = tuple(compiled.positiontup or ()) if compiled.positional else None
-        # ``engine`` is the store's engine for reads: on PostgreSQL its connections are in autocommit
-        self._autocommit = engine.dialect.name == "postgresql"
+        # ``engine`` is the store's engine for reads (``engine.reads``): autocommit connections on PostgreSQL
+        self._autocommit = engine.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
 
     def add(self, rec: AuditRecord) -> None:
         """Appends ``rec`` in a transaction of its own, committed (durable) when this returns."""
