@@ -28,6 +28,7 @@ from slurmpod.domain.operations import (
 )
 from slurmpod.domain.status import InstanceStatus
 from slurmpod.errors import ClientTokenTaken
+from slurmpod.store.compiled import execute
 from slurmpod.store.rows import cluster_from_row
 from slurmpod.store.tables import client_tokens, cluster_operations, clusters, nodes
 
@@ -37,12 +38,12 @@ _GONE = (InstanceStatus.SHUTTING_DOWN.value, InstanceStatus.NOT_FOUND.value)
 
 
 _ACTIVE_COUNTS = (select(nodes.c.group_name, func.count())
-                  .where(and_(nodes.c.cluster_id == bindparam("k_cid"), nodes.c.status.not_in(_GONE)))
+                  .where(and_(nodes.c.cluster_id == bindparam("k_cid"), *(nodes.c.status != s for s in _GONE)))
                   .group_by(nodes.c.group_name))
 
 
 def _active_counts(conn: Connection, cluster_id: str) -> dict[str, int]:
-    return {str(g): int(n) for g, n in conn.execute(_ACTIVE_COUNTS, {"k_cid": cluster_id})}
+    return {str(g): int(n) for g, n in execute(conn, _ACTIVE_COUNTS, {"k_cid": cluster_id}).rows}
 
 
 # prebuilt statements (bind parameters): these run in every cluster write's transaction
@@ -63,10 +64,10 @@ def previous_cluster(conn: Connection, new: ClusterRecord,
     store's row parser (its cache knows the row the caller has just read)."""
     if not new.operation_id:
         return False
-    cur = conn.execute(_OPERATION_ID, {"k_cid": new.cluster_id}).first()
+    cur = execute(conn, _OPERATION_ID, {"k_cid": new.cluster_id}).first()
     if cur is None or cur[0] == new.operation_id:
         return False
-    row = conn.execute(_CLUSTER, {"k_cid": new.cluster_id}).first()
+    row = execute(conn, _CLUSTER, {"k_cid": new.cluster_id}).first()
     return (parse(row) or False) if row is not None else False
 
 
@@ -79,14 +80,14 @@ def record_operation(conn: Connection, old: ClusterRecord | None, new: ClusterRe
     op = operation_started(old, new, now, {} if created else _active_counts(conn, new.cluster_id), kind)
     if op is None:
         return
-    if not created and conn.execute(_OP_EXISTS, {"k_cid": op.cluster_id, "k_op": op.operation_id}).first():
+    if not created and execute(conn, _OP_EXISTS, {"k_cid": op.cluster_id, "k_op": op.operation_id}).first():
         return  # already recorded (an operation id a record returned to)
     if old is not None and old.operation_id and cluster_busy(old):
-        conn.execute(_SUPERSEDE, {"k_cid": old.cluster_id, "k_op": old.operation_id})
-    conn.execute(_INSERT_OP, {
+        execute(conn, _SUPERSEDE, {"k_cid": old.cluster_id, "k_op": old.operation_id})
+    execute(conn, _INSERT_OP, {
         "operation_id": op.operation_id, "cluster_id": op.cluster_id, "kind": op.kind.value,
         "creation_time": op.creation_time, "superseded": False,
-        "details": json.dumps(op.details_dict(), sort_keys=True)})
+        "details": json.dumps(op.details_dict(), sort_keys=True)}, insert=True)
 
 
 def _operation_from_row(r: Row[Any]) -> OperationRecord:

@@ -27,29 +27,32 @@ def dump(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def cluster_from_row(row: Row[Any]) -> ClusterRecord:
-    m = row._mapping
+def cluster_from_row(row: Row[Any] | tuple[Any, ...]) -> ClusterRecord:
+    """A ``select(clusters)`` row (a Core ``Row`` or the DBAPI's tuple: positional, in the table's column order)."""
+    (cluster_id, account_id, region, name, arn, spec, last_good_spec, status, failure_message, operation_id,
+     applied_topology, lifecycle_snapshots, group_states, software_update, software_update_status, schedules,
+     provider, creation_time, generation, version) = tuple(row)
     return ClusterRecord(
-        cluster_id=m["cluster_id"],
-        account_id=m["account_id"],
-        region=m["region"],
-        name=m["name"],
-        arn=m["arn"],
-        spec=spec_from_dict(json.loads(m["spec"])),
-        status=ClusterStatus(m["status"]),
-        creation_time=m["creation_time"],
-        last_good_spec=spec_from_dict(json.loads(m["last_good_spec"])) if m["last_good_spec"] else None,
-        failure_message=m["failure_message"],
-        operation_id=m["operation_id"],
-        applied_topology=m["applied_topology"],
-        generation=m["generation"],
-        version=m["version"],
-        lifecycle_snapshots=json.loads(m["lifecycle_snapshots"] or "{}"),
-        provider=m["provider"],
-        group_states={k: GroupState.from_dict(v) for k, v in json.loads(m["group_states"] or "{}").items()},
-        software_update=SoftwareUpdate.from_dict(json.loads(m["software_update"])) if m["software_update"] else None,
-        software_update_status=software_update_status_from_dict(json.loads(m["software_update_status"] or "{}")),
-        schedules=json.loads(m["schedules"] or "{}"),
+        cluster_id=cluster_id,
+        account_id=account_id,
+        region=region,
+        name=name,
+        arn=arn,
+        spec=spec_from_dict(json.loads(spec)),
+        status=ClusterStatus(status),
+        creation_time=creation_time,
+        last_good_spec=spec_from_dict(json.loads(last_good_spec)) if last_good_spec else None,
+        failure_message=failure_message,
+        operation_id=operation_id,
+        applied_topology=applied_topology,
+        generation=generation,
+        version=version,
+        lifecycle_snapshots=json.loads(lifecycle_snapshots or "{}"),
+        provider=provider,
+        group_states={k: GroupState.from_dict(v) for k, v in json.loads(group_states or "{}").items()},
+        software_update=SoftwareUpdate.from_dict(json.loads(software_update)) if software_update else None,
+        software_update_status=software_update_status_from_dict(json.loads(software_update_status or "{}")),
+        schedules=json.loads(schedules or "{}"),
     )
 
 
@@ -81,7 +84,7 @@ def cluster_values(rec: ClusterRecord) -> dict[str, Any]:
 _STATUS = {s.value: s for s in InstanceStatus}
 
 
-def node_from_row(row: Row[Any]) -> NodeRecord:
+def node_from_row(row: Row[Any] | tuple[Any, ...]) -> NodeRecord:
     # positional access (``select(nodes)`` returns the table's columns in order) and no JSON parse of an
     # empty ``data``: Row._mapping per column cost more than the rest when a pass reads 10,000 rows
     (instance_id, cluster_id, group_name, seq, status, message, launch_time, ip, hostname, logical_id, image_id,

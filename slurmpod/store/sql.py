@@ -26,6 +26,7 @@ from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.errors import ResourceInUse, VersionConflict
 from slurmpod.store import operations as ops
 from slurmpod.store.audit import AuditLog
+from slurmpod.store.compiled import Compiled, RawReads, execute, executemany
 from slurmpod.store.engine import make_engine, migrate, reads
 from slurmpod.store.leases import Fence, LeaseStore
 from slurmpod.store.rows import (
@@ -49,6 +50,7 @@ _MAX_NODE_SEQ = select(func.max(nodes.c.seq)).where(nodes.c.cluster_id == bindpa
 _NODES_BY_IDS = select(nodes).where(nodes.c.instance_id.in_(bindparam("k_iids", expanding=True)))
 _INSERT_EVENT = insert(events)
 _INSERT_CLUSTER = insert(clusters)
+_INSERT_NODE = insert(nodes)
 _CLUSTER_IDS = select(clusters.c.cluster_id)
 _SETTING = select(settings_kv.c.value).where(settings_kv.c.key == bindparam("k_key"))  # read per request (images)
 _UPDATE_CLUSTER = (
@@ -119,6 +121,18 @@ class SqlStore:
             threading.Lock() if self.engine.dialect.name == "sqlite" else nullcontext())
         if run_migrations:
             migrate(self.engine)
+        # the reads a request or a boot makes, on the DBAPI connection directly (``store.compiled``)
+        raw = self._raw = RawReads(self.engine)
+        self._q_cluster = raw.compile(_CLUSTER_BY_ID)
+        self._q_cluster_by_name = raw.compile(_CLUSTER_BY_NAME)
+        self._q_summaries = raw.compile(_SUMMARIES)
+        self._q_cluster_ids = raw.compile(_CLUSTER_IDS)
+        self._q_nodes_of_cluster = raw.compile(_NODES_OF_CLUSTER)
+        self._q_node_tally = raw.compile(_NODE_TALLY)
+        self._q_node = raw.compile(_NODE_BY_ID)
+        self._q_max_seq = raw.compile(_MAX_NODE_SEQ)
+        self._q_setting = raw.compile(_SETTING)
+        self._q_pages: dict[tuple[bool, ...], Compiled] = {}
         self.audit = AuditLog(self._reads, self._begin)  # the audit trail (CloudTrail's event history)
         self.leases = LeaseStore(self._reads, self._begin)  # which server reconciles which cluster
         self._fence: Fence | None = None
@@ -156,15 +170,14 @@ class SqlStore:
         """Inserts a new cluster (and its first events) atomically; ResourceInUse when the name is taken."""
         try:
             with self._begin() as conn:
-                conn.execute(_INSERT_CLUSTER, cluster_values(rec))
+                execute(conn, _INSERT_CLUSTER, cluster_values(rec), insert=True)
                 self._insert_events(conn, initial_events)
                 ops.record_operation(conn, None, rec, initial_events, created=True)
         except IntegrityError as exc:
             raise ResourceInUse(f"Cluster {rec.name} already exists.") from exc
 
     def get_cluster(self, cluster_id: str) -> ClusterRecord | None:
-        with self._reads.connect() as conn:
-            row = conn.execute(_CLUSTER_BY_ID, {"k_cid": cluster_id}).first()
+        row = self._raw.first(self._q_cluster, {"k_cid": cluster_id})
         if row is None:
             self._parsed_clusters.pop(cluster_id, None)
         return self._parsed(row)
@@ -185,7 +198,7 @@ class SqlStore:
         if row is None:
             return None
         raw = tuple(row)
-        cluster_id = row.cluster_id
+        cluster_id = raw[0]
         hit = self._parsed_clusters.get(cluster_id)
         if hit is not None and hit[0] == raw:  # exact same row: reuse the parse (JSON spec parsing dominates)
             return hit[1]
@@ -195,8 +208,7 @@ class SqlStore:
 
     def find_cluster(self, account_id: str, region: str, name: str) -> ClusterRecord | None:
         """The account's cluster called ``name`` in ``region`` (names are unique per account and region)."""
-        with self._reads.connect() as conn:
-            row = conn.execute(_CLUSTER_BY_NAME, {"k_acct": account_id, "k_region": region, "k_name": name}).first()
+        row = self._raw.first(self._q_cluster_by_name, {"k_acct": account_id, "k_region": region, "k_name": name})
         return self._parsed(row)
 
     def list_clusters(self, account_id: str | None = None, region: str | None = None) -> list[ClusterRecord]:
@@ -209,13 +221,11 @@ class SqlStore:
             return [rec for r in conn.execute(q) if (rec := self._parsed(r)) is not None]
 
     def list_cluster_summaries(self, account_id: str, region: str) -> list[ClusterSummary]:
-        with self._reads.connect() as conn:
-            rows = conn.execute(_SUMMARIES, {"k_acct": account_id, "k_region": region}).all()
+        rows = self._raw.rows(self._q_summaries, {"k_acct": account_id, "k_region": region})
         return [ClusterSummary(r[0], r[1], r[2], ClusterStatus(r[3]), float(r[4])) for r in rows]
 
     def cluster_ids(self) -> list[str]:
-        with self._reads.connect() as conn:
-            return [r[0] for r in conn.execute(_CLUSTER_IDS)]
+        return [r[0] for r in self._raw.rows(self._q_cluster_ids, {})]
 
     def update_cluster(
         self,
@@ -237,11 +247,10 @@ class SqlStore:
             previous = ops.previous_cluster(conn, rec, parse=self._parsed)
             values = cluster_values(stored)
             del values["cluster_id"]
-            res = conn.execute(_UPDATE_CLUSTER, {**values, "k_cid": rec.cluster_id, "k_ver": rec.version})
+            res = execute(conn, _UPDATE_CLUSTER, {**values, "k_cid": rec.cluster_id, "k_ver": rec.version})
             if res.rowcount != 1:
                 raise VersionConflict(f"cluster {rec.cluster_id} changed (expected version {rec.version})")
-            for n in new_nodes:
-                conn.execute(insert(nodes).values(**node_values(n)))
+            executemany(conn, _INSERT_NODE, [node_values(n) for n in new_nodes], insert=True)
             for n in changed_nodes:
                 self._update_node(conn, n)
             self._insert_events(conn, new_events)
@@ -268,26 +277,24 @@ class SqlStore:
         with self._begin() as conn:
             self._check_fence(conn, cluster_id)
             for statement in _DELETE_CLUSTER_ROWS:
-                conn.execute(statement, {"k_cid": cluster_id})
+                execute(conn, statement, {"k_cid": cluster_id})
 
     # ---- nodes ----------------------------------------------------------------------------------
 
     def add_nodes(self, recs: Sequence[NodeRecord], new_events: Sequence[EventRecord] = ()) -> None:
         with self._begin() as conn:
             self._check_fence(conn, recs[0].cluster_id if recs else _cluster_of(new_events))
-            if recs:  # one executemany, not one INSERT per node (3,000 nodes: 1.2 s -> 0.1 s)
-                conn.execute(insert(nodes), [node_values(n) for n in recs])
+            # one executemany, not one INSERT per node (3,000 nodes: 1.2 s -> 0.1 s)
+            executemany(conn, _INSERT_NODE, [node_values(n) for n in recs], insert=True)
             self._insert_events(conn, new_events)
 
     def list_nodes(self, cluster_id: str, groups: Iterable[str] | None = None) -> list[NodeRecord]:
         """The cluster's nodes by ``seq``; only those of ``groups`` when given."""
         if groups is None:
-            q, params = _NODES_OF_CLUSTER, {"k_cid": cluster_id}
-        else:
-            q = select(nodes).where(nodes.c.cluster_id == cluster_id, nodes.c.group_name.in_(list(groups)))
-            q, params = q.order_by(nodes.c.seq), {}
+            return [node_from_row(r) for r in self._raw.rows(self._q_nodes_of_cluster, {"k_cid": cluster_id})]
+        q = select(nodes).where(nodes.c.cluster_id == cluster_id, nodes.c.group_name.in_(list(groups)))
         with self._reads.connect() as conn:
-            return [node_from_row(r) for r in conn.execute(q, params).all()]  # fetchall: 2x fetchone
+            return [node_from_row(r) for r in conn.execute(q.order_by(nodes.c.seq)).all()]  # fetchall: 2x fetchone
 
     def page_nodes(
         self,
@@ -304,26 +311,26 @@ class SqlStore:
         """One keyset page of a cluster's nodes, sorted in SQL by ``(group, instance_id)`` (``by_name``) or
         ``(launch_time, seq, instance_id)``, strictly past the key ``after``; at most ``limit`` rows.
         (ListClusterNodes read and sorted all 10,000 nodes for every page of 100: 12 s for a full listing.)"""
-        q = _page_statement(by_name, descending, after is not None, launched_after is not None,
-                            launched_before is not None)
+        shape = (by_name, descending, after is not None, launched_after is not None, launched_before is not None)
+        q = self._q_pages.get(shape)
+        if q is None:
+            q = self._q_pages[shape] = self._raw.compile(_page_statement(*shape))
         params: dict[str, Any] = {"k_cid": cluster_id, "k_status": exclude_status, "k_limit": limit,
                                   "k_after": launched_after, "k_before": launched_before}
         for i, v in enumerate(after or ()):
             params[f"k_key{i}"] = v
-        with self._reads.connect() as conn:
-            return [node_from_row(r) for r in conn.execute(q, params).all()]
+        return [node_from_row(r) for r in self._raw.rows(q, params)]
 
     def node_tally(self, cluster_id: str, exclude_status: str = InstanceStatus.NOT_FOUND.value) -> list[NodeRecord]:
         """One stand-in per node with only ``group``, ``status`` and ``image_id`` real (the same object
         repeated per distinct triple; ``instance_id`` is empty): enough for counts and group status views,
         from one GROUP BY instead of 10,000 parsed rows per DescribeCluster."""
         out: list[NodeRecord] = []
-        with self._reads.connect() as conn:
-            for group, status, image_id, count in conn.execute(_NODE_TALLY, {"k_cid": cluster_id,
-                                                                              "k_status": exclude_status}):
-                stand_in = NodeRecord(instance_id="", cluster_id=cluster_id, group=group, seq=0,
-                                      status=InstanceStatus(status), launch_time=0.0, image_id=image_id)
-                out += [stand_in] * int(count)
+        for group, status, image_id, count in self._raw.rows(self._q_node_tally, {"k_cid": cluster_id,
+                                                                                  "k_status": exclude_status}):
+            stand_in = NodeRecord(instance_id="", cluster_id=cluster_id, group=group, seq=0,
+                                  status=InstanceStatus(status), launch_time=0.0, image_id=image_id)
+            out += [stand_in] * int(count)
         return out
 
     def any_node(self, cluster_id: str, groups: Iterable[str], status: InstanceStatus) -> NodeRecord | None:
@@ -357,14 +364,12 @@ class SqlStore:
             return {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in conn.execute(q)}
 
     def get_node(self, instance_id: str) -> NodeRecord | None:
-        with self._reads.connect() as conn:
-            row = conn.execute(_NODE_BY_ID, {"k_iid": instance_id}).first()
+        row = self._raw.first(self._q_node, {"k_iid": instance_id})
         return node_from_row(row) if row else None
 
     def max_node_seq(self, cluster_id: str) -> int:
-        with self._reads.connect() as conn:
-            value = conn.execute(_MAX_NODE_SEQ, {"k_cid": cluster_id}).scalar()
-        return int(value or 0)
+        row = self._raw.first(self._q_max_seq, {"k_cid": cluster_id})
+        return int(row[0] or 0) if row else 0
 
     def update_node(self, rec: NodeRecord, new_events: Sequence[EventRecord] = ()) -> NodeRecord:
         with self._begin() as conn:
@@ -416,7 +421,7 @@ class SqlStore:
         stored = replace(rec, version=rec.version + 1)
         values = node_values(stored)
         del values["instance_id"]
-        res = conn.execute(_UPDATE_NODE, {**values, "k_iid": rec.instance_id, "k_ver": rec.version})
+        res = execute(conn, _UPDATE_NODE, {**values, "k_iid": rec.instance_id, "k_ver": rec.version})
         if res.rowcount != 1:
             raise VersionConflict(f"node {rec.instance_id} changed (expected version {rec.version})")
         return stored
@@ -432,8 +437,8 @@ class SqlStore:
     # ---- events ---------------------------------------------------------------------------------
 
     def _insert_events(self, conn: Connection, evs: Sequence[EventRecord]) -> None:
-        if evs:  # one prebuilt statement (executemany for several): building insert().values() per event cost more
-            conn.execute(_INSERT_EVENT, [event_values(ev) for ev in evs])
+        # one prebuilt statement (executemany for several): building insert().values() per event cost more
+        executemany(conn, _INSERT_EVENT, [event_values(ev) for ev in evs], insert=True)
 
     def add_events(self, evs: Sequence[EventRecord]) -> None:
         with self._begin() as conn:
@@ -505,8 +510,7 @@ class SqlStore:
     # ---- settings -------------------------------------------------------------------------------
 
     def get_setting(self, key: str) -> Any:
-        with self._reads.connect() as conn:
-            row = conn.execute(_SETTING, {"k_key": key}).first()
+        row = self._raw.first(self._q_setting, {"k_key": key})
         return json.loads(row[0]) if row else None
 
     def put_setting(self, key: str, value: Any) -> None:

@@ -1,0 +1,103 @@
+"""``store.compiled.RawReads``: Core statements run on the pool's DBAPI connection, on SQLite and PostgreSQL.
+
+What must hold: the same rows as Core's execute (a literal in the statement included); on PostgreSQL the pooled
+connection comes back out of autocommit, so the next write transaction is a transaction; a database error is
+SQLAlchemy's exception, and the pool stays usable after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import bindparam, select, text
+from sqlalchemy.exc import DBAPIError
+
+from slurmpod.store.compiled import RawReads
+from slurmpod.store.sql import SqlStore
+from slurmpod.store.tables import settings_kv
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    url = (f"sqlite:///{tmp_path / 'store.db'}" if request.param == "sqlite"
+           else str(request.getfixturevalue("fresh_pg_url")))
+    s = SqlStore(url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_rows_match_core_including_literals(store: SqlStore) -> None:
+    for key in ("a", "b", "c"):
+        store.put_setting(key, {"k": key})
+    raw = RawReads(store.engine)
+    c = settings_kv.c
+    statement = (select(c.key, c.value).where(c.key != "b")  # a literal: a bind parameter with its own value
+                 .where(c.key >= bindparam("k_from")).order_by(c.key))
+    with store.engine.connect() as conn:
+        core = [tuple(r) for r in conn.execute(statement, {"k_from": "a"})]
+    q = raw.compile(statement)
+    assert list(raw.rows(q, {"k_from": "a"})) == core == [("a", '{"k":"a"}'), ("c", '{"k":"c"}')]
+    assert raw.first(q, {"k_from": "d"}) is None
+    assert raw.first(q, {"k_from": "b"}) == ("c", '{"k":"c"}')
+
+
+def test_connections_return_to_the_pool_ready_for_transactions(store: SqlStore) -> None:
+    raw = RawReads(store.engine)
+    q = raw.compile(select(settings_kv.c.key))
+    for _ in range(30):  # more reads than the pool has connections: each was returned
+        raw.rows(q, {})
+    fairy = store.engine.raw_connection()
+    try:
+        assert not getattr(fairy.dbapi_connection, "autocommit", False)  # PostgreSQL: switched back
+    finally:
+        fairy.close()
+    # a write transaction that fails part-way still rolls back whole (it is a transaction, not autocommit)
+    with pytest.raises(RuntimeError), store.engine.begin() as conn:
+        conn.execute(settings_kv.insert().values(key="half", value="1"))
+        raise RuntimeError("abort")
+    assert store.get_setting("half") is None
+
+
+def test_a_database_error_is_sqlalchemys_and_the_pool_stays_usable(store: SqlStore) -> None:
+    raw = RawReads(store.engine)
+    bad = raw.compile(select(text("no_such_column")).select_from(settings_kv))
+    with pytest.raises(DBAPIError):
+        raw.rows(bad, {})
+    store.put_setting("after", 1)
+    assert store.get_setting("after") == 1
+    assert [r[0] for r in raw.rows(raw.compile(select(settings_kv.c.key)), {})] == ["after"]
+
+
+def test_statements_in_a_transaction(store: SqlStore) -> None:
+    from sqlalchemy import insert, update
+    from sqlalchemy.exc import IntegrityError
+
+    from slurmpod.store.compiled import execute, executemany
+
+    c = settings_kv.c
+    with store.engine.begin() as conn:
+        executemany(conn, insert(settings_kv), [{"key": "a", "value": "1"}, {"key": "b", "value": "2"}], insert=True)
+        res = execute(conn, update(settings_kv).where(c.key != "zzz").values(value=bindparam("k_v")), {"k_v": "3"})
+        assert res.rowcount == 2 and res.first() is None
+        assert execute(conn, select(c.value).where(c.key == bindparam("k")), {"k": "a"}).first() == ("3",)
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:  # SQLAlchemy's, as Core raises it
+        execute(conn, insert(settings_kv), {"key": "c", "value": "4"}, insert=True)
+        execute(conn, insert(settings_kv), {"key": "a", "value": "5"}, insert=True)
+    assert store.get_setting("c") is None  # the whole transaction rolled back
+    assert store.get_setting("a") == 3
+
+
+def test_what_only_core_can_run_is_refused_when_compiling(store: SqlStore) -> None:
+    from sqlalchemy import insert
+
+    from slurmpod.store.compiled import Compiled
+    from slurmpod.store.tables import nodes
+
+    with pytest.raises(ValueError, match="Python-side defaults"):  # nodes.phases etc. have defaults
+        Compiled(store.engine.dialect, insert(nodes), ["instance_id", "cluster_id"])
+    with pytest.raises(ValueError, match="IN"):
+        Compiled(store.engine.dialect, select(nodes.c.seq).where(nodes.c.status.in_(["a", "b"])))
