@@ -78,6 +78,8 @@ class Server:
         with self._stop_lock:
             if not self._closed:
                 self._closed = True
+                if self.app.ctx.audit is not None:  # the queued audit records, written before the store closes
+                    self.app.ctx.audit.close()
                 self.store.close()
 
     def node_services(self, method: str, *args: object) -> None:
@@ -268,12 +270,13 @@ def build_server(settings: Settings) -> Server:
         except Exception:
             return False
 
-    audit = AuditService(store.audit, clock, retention_days=settings.audit_retention_days)
+    audit = AuditService(store.audit, clock, retention_days=settings.audit_retention_days, idle=gate.wait)
     audit.maybe_prune()
     store.put_setting(REGION_SETTING, settings.region)  # the default region of the CLI's tools (`slurmpod connect`)
     ctx = ApiContext(service=service, caller=make_authenticator(settings), audit=audit,
                      extensions=settings.compat != "strict", ready=ready, scrape=lambda: render_metrics(store.engine),
-                     ready_detail=ownership.detail if ownership is not None else (lambda: {}), gate=gate)
+                     ready_detail=ownership.detail if ownership is not None else (lambda: {}), gate=gate,
+                     inline_reads=inline_reads(store))
     sign_in = (open_sign_in(settings.account_id, settings.region) if settings.auth == "none"
                else credential_sign_in(CredentialStore(settings.state_dir), settings.region))
     server = Server(settings, store, runtime, reconciler, service, make_app(ctx, console_routes(ctx, sign_in)),
@@ -286,6 +289,12 @@ def build_server(settings: Settings) -> Server:
 
         ownership.on_change = owned_changed
     return server
+
+
+def inline_reads(store: SqlStore) -> bool:
+    """Whether the API answers reads on its event loop (``ApiContext.inline_reads``): on SQLite, unless
+    ``SLURMPOD_INLINE_READS=0`` (a switch for side-by-side measurements)."""
+    return store.engine.dialect.name == "sqlite" and os.environ.get("SLURMPOD_INLINE_READS", "1") != "0"
 
 
 def machine_id() -> str:

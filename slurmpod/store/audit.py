@@ -7,7 +7,7 @@ new calls are recorded. Pruning deletes by time only.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -82,14 +82,7 @@ class AuditLog:
 
     def add(self, rec: AuditRecord) -> None:
         """Appends ``rec`` in a transaction of its own, committed (durable) when this returns."""
-        values = {
-            "event_id": rec.event_id, "event_time": rec.event_time, "account_id": rec.account_id,
-            "region": rec.region, "event_name": rec.event_name, "event_source": rec.event_source,
-            "access_key_id": rec.access_key_id, "username": rec.username, "read_only": rec.read_only,
-            "resources": json.dumps([list(r) for r in rec.resources]), "resource_keys": resource_keys(rec.resources),
-            "error_code": rec.error_code, "detail": rec.detail,
-        }
-        params: Any = values if self._positional is None else tuple(values[k] for k in self._positional)
+        params = self._params(rec)
         # PostgreSQL: one statement in autocommit, one round trip (BEGIN, INSERT, COMMIT were three) with the same
         # durability (committed when the statement returns); SQLite: a write transaction of its own
         with (self.engine.connect() if self._autocommit else self._begin()) as conn:
@@ -98,6 +91,27 @@ class AuditLog:
                 cursor.execute(self._insert_sql, params)
             finally:
                 cursor.close()
+
+    def add_many(self, recs: Sequence[AuditRecord]) -> None:
+        """Appends ``recs`` in one transaction (all or none), committed when this returns."""
+        if not recs:
+            return
+        with self._begin() as conn:
+            cursor = conn.connection.cursor()
+            try:
+                cursor.executemany(self._insert_sql, [self._params(r) for r in recs])
+            finally:
+                cursor.close()
+
+    def _params(self, rec: AuditRecord) -> Any:
+        values = {
+            "event_id": rec.event_id, "event_time": rec.event_time, "account_id": rec.account_id,
+            "region": rec.region, "event_name": rec.event_name, "event_source": rec.event_source,
+            "access_key_id": rec.access_key_id, "username": rec.username, "read_only": rec.read_only,
+            "resources": json.dumps([list(r) for r in rec.resources]), "resource_keys": resource_keys(rec.resources),
+            "error_code": rec.error_code, "detail": rec.detail,
+        }
+        return values if self._positional is None else tuple(values[k] for k in self._positional)
 
     def page(self, f: AuditFilter, *, cursor: tuple[float, int] | None = None, limit: int = 50,
              oldest_first: bool = False, after_seq: int | None = None) -> list[AuditRecord]:

@@ -243,3 +243,84 @@ def test_slurmpod_audit_lists_and_follows(srv: RunningServer) -> None:
     finally:
         follow.terminate()
         follow.wait(timeout=10)
+
+
+def _record(i: int, t: float, name: str = "ListClusters") -> AuditRecord:
+    return AuditRecord(f"00000000-0000-0000-0000-{i:012d}", t, name, "sagemaker.amazonaws.com", "123456789012",
+                       "us-east-1", "AKIA", "AKIA", name.startswith("List"), (), None, "{}")
+
+
+def test_changes_are_written_at_once_other_calls_by_the_writer(tmp_path: Path) -> None:
+    """A change's record is committed before ``record`` returns; a read's is queued, written by the writer (one
+    transaction per batch), seen by ``lookup`` at once (it waits for the queue) and written by ``close``."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'a.db'}")
+    clock = FakeClock(1_000_000_000.0)
+    svc = AuditService(store.audit, clock)
+    try:
+        svc.record(_record(1, clock.now(), "CreateCluster"))
+        assert [r.event_name for r in store.audit.iter_all()] == ["CreateCluster"]
+        built: list[int] = []
+
+        def make(i: int) -> Any:
+            def build() -> AuditRecord:
+                built.append(i)
+                return _record(i, clock.now())
+            return build
+
+        for i in range(2, 52):
+            svc.enqueue(make(i))
+        f = AuditFilter(account_id="123456789012")
+        assert len(svc.lookup(f, cursor=None, limit=100)) == 51  # every queued record, written before the page
+        assert sorted(built) == list(range(2, 52))
+        svc.enqueue(make(60))
+        svc.close()  # the server's stop: what is queued is written
+        assert len(list(store.audit.iter_all())) == 52
+        svc.enqueue(make(61))  # after close: written at once
+        assert len(list(store.audit.iter_all())) == 53
+    finally:
+        svc.close()
+        store.close()
+
+
+def test_the_writer_waits_for_requests_in_flight_unless_flushed(tmp_path: Path) -> None:
+    import threading
+
+    store = SqlStore(f"sqlite:///{tmp_path / 'a.db'}")
+    clock = FakeClock(1_000_000_000.0)
+    busy = threading.Event()  # a request in flight: the writer's ``idle`` waits (here: until released)
+    waited = threading.Event()
+
+    def idle() -> None:
+        waited.set()
+        busy.wait(30)
+
+    svc = AuditService(store.audit, clock, idle=idle)
+    try:
+        svc.enqueue(lambda: _record(1, clock.now()))
+        assert waited.wait(10)
+        assert list(store.audit.iter_all()) == []  # held back while the API is busy
+        busy.set()
+        assert svc.flush()
+        assert len(list(store.audit.iter_all())) == 1
+    finally:
+        busy.set()
+        svc.close()
+        store.close()
+
+
+def test_a_record_that_cannot_be_built_or_written_loses_only_itself(tmp_path: Path) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / 'a.db'}")
+    clock = FakeClock(1_000_000_000.0)
+    svc = AuditService(store.audit, clock)
+    try:
+        def broken() -> AuditRecord:
+            raise RuntimeError("cannot build")
+
+        svc.enqueue(broken)
+        assert svc.flush()
+        svc.enqueue(lambda: _record(2, clock.now()))
+        assert svc.flush()
+        assert [r.event_id[-1] for r in store.audit.iter_all()] == ["2"]
+    finally:
+        svc.close()
+        store.close()
