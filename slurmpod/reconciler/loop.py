@@ -313,6 +313,12 @@ class Reconciler:
         # it was read for this cluster, else one read now)
         key = self._quiet_key(cluster, fingerprint if quiet is not None else None)
         nodes = tuple(self.store.list_nodes(cluster_id))
+        if self.store.cluster_version(cluster_id) != cluster.version:
+            # the record changed after it was read (a request's write): planning the record read with the nodes
+            # read now would mix two states (BatchAddClusterNodes' new nodes against the count before it: scaled
+            # down as excess, then added again under other ids); plan again from a fresh read
+            self._wake.set()
+            return
         obs = p.Observation(
             cluster=cluster,
             nodes=nodes,

@@ -59,6 +59,7 @@ _UPDATE_CLUSTER = (
     .values({c.name: bindparam(c.name) for c in clusters.c if c.name != "cluster_id"})
 )
 _CLUSTER_BY_ID = select(clusters).where(clusters.c.cluster_id == bindparam("k_cid"))
+_CLUSTER_VERSION = select(clusters.c.version).where(clusters.c.cluster_id == bindparam("k_cid"))
 _CLUSTER_BY_NAME = select(clusters).where(and_(clusters.c.account_id == bindparam("k_acct"),
                                               clusters.c.region == bindparam("k_region"),
                                               clusters.c.name == bindparam("k_name")))
@@ -124,6 +125,7 @@ class SqlStore:
         # the reads a request or a boot makes, on the DBAPI connection directly (``store.compiled``)
         raw = self._raw = RawReads(self.engine)
         self._q_cluster = raw.compile(_CLUSTER_BY_ID)
+        self._q_cluster_version = raw.compile(_CLUSTER_VERSION)
         self._q_cluster_by_name = raw.compile(_CLUSTER_BY_NAME)
         self._q_summaries = raw.compile(_SUMMARIES)
         self._q_cluster_ids = raw.compile(_CLUSTER_IDS)
@@ -181,6 +183,10 @@ class SqlStore:
         if row is None:
             self._parsed_clusters.pop(cluster_id, None)
         return self._parsed(row)
+
+    def cluster_version(self, cluster_id: str) -> int | None:
+        row = self._raw.first(self._q_cluster_version, {"k_cid": cluster_id})
+        return int(row[0]) if row else None
 
     def get_clusters(self, cluster_ids: Sequence[str]) -> dict[str, ClusterRecord]:
         """``get_cluster`` of several in one read (a reconcile pass read 500 clusters one round trip each)."""

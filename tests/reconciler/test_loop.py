@@ -159,3 +159,34 @@ def test_hung_health_probe_of_one_cluster_does_not_delay_another(tmp_path: Path)
         hang.set()
     finally:
         h.close()
+
+
+def test_a_request_between_the_cluster_read_and_the_nodes_read_is_not_planned_half(h: Harness) -> None:
+    """BatchAddClusterNodes commits its new count and its new nodes between the pass's read of the cluster and its
+    read of the nodes: the pass must not plan the old count against the new nodes (it scaled the new nodes down
+    as excess, then added others under other logical ids)."""
+    from slurmpod.api.translate import spec_from_create
+    from slurmpod.service.scaling import NodeAddition, batch_add_nodes
+    from tests.reconciler.harness import groups
+
+    spec = spec_from_create({"ClusterName": "racy", "InstanceGroups": groups(1), "NodeProvisioningMode": "Continuous"})
+    c = h.service.create(CALLER, spec)
+    h.settle(lambda: h.cluster(c.cluster_id).status == ClusterStatus.IN_SERVICE, what="InService")
+    read_nodes = h.store.list_nodes
+    added: list[str] = []
+
+    def nodes_after_a_request(cluster_id: str, groups: object = None) -> object:
+        if not added:  # once: the request lands just before the pass reads the nodes
+            result = batch_add_nodes(h.service, CALLER, "racy", [NodeAddition("compute", 2)], None)
+            added.extend(a.instance_id for a in result.added)
+        return read_nodes(cluster_id, groups)  # type: ignore[arg-type]
+
+    h.store.list_nodes = nodes_after_a_request  # type: ignore[method-assign]
+    h.rec.run_once()
+    del h.store.list_nodes
+    assert len(added) == 2
+    h.settle(lambda: sum(n.status == InstanceStatus.RUNNING for n in h.nodes(c.cluster_id, "compute")) == 3,
+             what="3 compute nodes running")
+    compute = h.nodes(c.cluster_id, "compute")
+    assert {n.instance_id for n in compute} >= set(added)  # the added nodes themselves, none replaced
+    assert all(n.status == InstanceStatus.RUNNING for n in compute) and len(compute) == 3
