@@ -276,7 +276,7 @@ def build_server(settings: Settings) -> Server:
     ctx = ApiContext(service=service, caller=make_authenticator(settings), audit=audit,
                      extensions=settings.compat != "strict", ready=ready, scrape=lambda: render_metrics(store.engine),
                      ready_detail=ownership.detail if ownership is not None else (lambda: {}), gate=gate,
-                     inline_reads=inline_reads(store))
+                     inline_reads=store.engine.dialect.name == "sqlite")
     sign_in = (open_sign_in(settings.account_id, settings.region) if settings.auth == "none"
                else credential_sign_in(CredentialStore(settings.state_dir), settings.region))
     server = Server(settings, store, runtime, reconciler, service, make_app(ctx, console_routes(ctx, sign_in)),
@@ -289,12 +289,6 @@ def build_server(settings: Settings) -> Server:
 
         ownership.on_change = owned_changed
     return server
-
-
-def inline_reads(store: SqlStore) -> bool:
-    """Whether the API answers reads on its event loop (``ApiContext.inline_reads``): on SQLite, unless
-    ``SLURMPOD_INLINE_READS=0`` (a switch for side-by-side measurements)."""
-    return store.engine.dialect.name == "sqlite" and os.environ.get("SLURMPOD_INLINE_READS", "1") != "0"
 
 
 def machine_id() -> str:

@@ -313,12 +313,6 @@ class Reconciler:
         # it was read for this cluster, else one read now)
         key = self._quiet_key(cluster, fingerprint if quiet is not None else None)
         nodes = tuple(self.store.list_nodes(cluster_id))
-        if self.store.cluster_version(cluster_id) != cluster.version:
-            # the record changed after it was read (a request's write): planning the record read with the nodes
-            # read now would mix two states (BatchAddClusterNodes' new nodes against the count before it: scaled
-            # down as excess, then added again under other ids); plan again from a fresh read
-            self._wake.set()
-            return
         obs = p.Observation(
             cluster=cluster,
             nodes=nodes,
@@ -328,6 +322,12 @@ class Reconciler:
             min_count_timeout=self.timeouts.min_count,
         )
         actions = p.plan(obs)
+        if actions and self.store.cluster_version(cluster_id) != cluster.version:
+            # the record changed after it was read (a request's write): the plan mixed two states
+            # (BatchAddClusterNodes' new nodes against the count before it: scaled down as excess, then added again
+            # under other ids); plan again from a fresh read (a pass with nothing to do does not re-read)
+            self._wake.set()
+            return
         if key is not None and not actions and all(n.status == InstanceStatus.RUNNING for n in nodes):
             self._quiet[cluster_id] = (*key, time.monotonic())
         if not self.runtime.checkpoint_every_phase:  # cheap phases: many nodes per work item (workers.batch)

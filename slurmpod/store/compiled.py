@@ -54,17 +54,15 @@ class Compiled:
 
 
 class RawReads:
-    """Runs ``Compiled`` reads; ``rows`` returns plain tuples, in the statement's column order."""
+    """Reads on a pooled connection of their own; ``rows`` returns plain tuples, in the statement's column order."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._autocommit = engine.dialect.name == "postgresql"
-        self._dbapi_error = engine.dialect.loaded_dbapi.Error
 
-    def compile(self, statement: ClauseElement) -> Compiled:
-        return Compiled(self.engine.dialect, statement)
-
-    def rows(self, q: Compiled, params: Mapping[str, Any]) -> Sequence[tuple[Any, ...]]:
+    def rows(self, statement: ClauseElement, params: Mapping[str, Any]) -> Sequence[tuple[Any, ...]]:
+        dialect = self.engine.dialect
+        q = _compiled(dialect, statement, None)
         args = q.args(params)
         fairy = self.engine.raw_connection()  # the pool's checkout (its idle ping included) and, on close, its reset
         try:
@@ -73,26 +71,20 @@ class RawReads:
             try:
                 if self._autocommit:
                     dbapi.autocommit = True
-                cursor = dbapi.cursor()
-                try:
-                    cursor.execute(q.sql, args)
-                    rows: Sequence[tuple[Any, ...]] = cursor.fetchall()
-                finally:
-                    cursor.close()
+                rows = _on_cursor(dbapi, dialect, q, [args], many=False).rows
                 if self._autocommit:
                     dbapi.autocommit = False
-            except self._dbapi_error as err:
+            except DBAPIError as err:
                 broken = bool(getattr(dbapi, "broken", False) or getattr(dbapi, "closed", False))
                 if broken or self._autocommit:  # (a PostgreSQL connection left in autocommit is not reused)
                     fairy.invalidate(err)
-                raise DBAPIError.instance(q.sql, args, err, self._dbapi_error,
-                                          dialect=self.engine.dialect) from err
+                raise
             return rows
         finally:
             fairy.close()
 
-    def first(self, q: Compiled, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
-        rows = self.rows(q, params)
+    def first(self, statement: ClauseElement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        rows = self.rows(statement, params)
         return rows[0] if rows else None
 
 
@@ -141,7 +133,12 @@ def executemany(conn: Connection, statement: ClauseElement, params: Sequence[Map
 def _run(conn: Connection, q: Compiled, args: list[Any], *, many: bool) -> Result:
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None  # a connection in a transaction has one  # noqa: S101
-    error = conn.dialect.loaded_dbapi.Error
+    return _on_cursor(dbapi, conn.dialect, q, args, many=many)
+
+
+def _on_cursor(dbapi: Any, dialect: Dialect, q: Compiled, args: list[Any], *, many: bool) -> Result:
+    """``q`` on a cursor of the DBAPI connection ``dbapi``; a DBAPI error raised as SQLAlchemy's."""
+    error = dialect.loaded_dbapi.Error
     cursor = dbapi.cursor()
     try:
         if many:
@@ -150,6 +147,6 @@ def _run(conn: Connection, q: Compiled, args: list[Any], *, many: bool) -> Resul
         cursor.execute(q.sql, args[0])
         return Result(cursor.fetchall() if cursor.description else (), cursor.rowcount)
     except error as err:
-        raise DBAPIError.instance(q.sql, args[0] if args else None, err, error, dialect=conn.dialect) from err
+        raise DBAPIError.instance(q.sql, args[0] if args else None, err, error, dialect=dialect) from err
     finally:
         cursor.close()

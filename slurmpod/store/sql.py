@@ -26,7 +26,7 @@ from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.errors import ResourceInUse, VersionConflict
 from slurmpod.store import operations as ops
 from slurmpod.store.audit import AuditLog
-from slurmpod.store.compiled import Compiled, RawReads, execute, executemany
+from slurmpod.store.compiled import RawReads, execute, executemany
 from slurmpod.store.engine import make_engine, migrate, reads
 from slurmpod.store.leases import Fence, LeaseStore
 from slurmpod.store.rows import (
@@ -122,19 +122,7 @@ class SqlStore:
             threading.Lock() if self.engine.dialect.name == "sqlite" else nullcontext())
         if run_migrations:
             migrate(self.engine)
-        # the reads a request or a boot makes, on the DBAPI connection directly (``store.compiled``)
-        raw = self._raw = RawReads(self.engine)
-        self._q_cluster = raw.compile(_CLUSTER_BY_ID)
-        self._q_cluster_version = raw.compile(_CLUSTER_VERSION)
-        self._q_cluster_by_name = raw.compile(_CLUSTER_BY_NAME)
-        self._q_summaries = raw.compile(_SUMMARIES)
-        self._q_cluster_ids = raw.compile(_CLUSTER_IDS)
-        self._q_nodes_of_cluster = raw.compile(_NODES_OF_CLUSTER)
-        self._q_node_tally = raw.compile(_NODE_TALLY)
-        self._q_node = raw.compile(_NODE_BY_ID)
-        self._q_max_seq = raw.compile(_MAX_NODE_SEQ)
-        self._q_setting = raw.compile(_SETTING)
-        self._q_pages: dict[tuple[bool, ...], Compiled] = {}
+        self._raw = RawReads(self.engine)  # the reads a request or a boot makes, on the DBAPI cursor (store.compiled)
         self.audit = AuditLog(self._reads, self._begin)  # the audit trail (CloudTrail's event history)
         self.leases = LeaseStore(self._reads, self._begin)  # which server reconciles which cluster
         self._fence: Fence | None = None
@@ -179,13 +167,13 @@ class SqlStore:
             raise ResourceInUse(f"Cluster {rec.name} already exists.") from exc
 
     def get_cluster(self, cluster_id: str) -> ClusterRecord | None:
-        row = self._raw.first(self._q_cluster, {"k_cid": cluster_id})
+        row = self._raw.first(_CLUSTER_BY_ID, {"k_cid": cluster_id})
         if row is None:
             self._parsed_clusters.pop(cluster_id, None)
         return self._parsed(row)
 
     def cluster_version(self, cluster_id: str) -> int | None:
-        row = self._raw.first(self._q_cluster_version, {"k_cid": cluster_id})
+        row = self._raw.first(_CLUSTER_VERSION, {"k_cid": cluster_id})
         return int(row[0]) if row else None
 
     def get_clusters(self, cluster_ids: Sequence[str]) -> dict[str, ClusterRecord]:
@@ -214,7 +202,7 @@ class SqlStore:
 
     def find_cluster(self, account_id: str, region: str, name: str) -> ClusterRecord | None:
         """The account's cluster called ``name`` in ``region`` (names are unique per account and region)."""
-        row = self._raw.first(self._q_cluster_by_name, {"k_acct": account_id, "k_region": region, "k_name": name})
+        row = self._raw.first(_CLUSTER_BY_NAME, {"k_acct": account_id, "k_region": region, "k_name": name})
         return self._parsed(row)
 
     def list_clusters(self, account_id: str | None = None, region: str | None = None) -> list[ClusterRecord]:
@@ -227,11 +215,11 @@ class SqlStore:
             return [rec for r in conn.execute(q) if (rec := self._parsed(r)) is not None]
 
     def list_cluster_summaries(self, account_id: str, region: str) -> list[ClusterSummary]:
-        rows = self._raw.rows(self._q_summaries, {"k_acct": account_id, "k_region": region})
+        rows = self._raw.rows(_SUMMARIES, {"k_acct": account_id, "k_region": region})
         return [ClusterSummary(r[0], r[1], r[2], ClusterStatus(r[3]), float(r[4])) for r in rows]
 
     def cluster_ids(self) -> list[str]:
-        return [r[0] for r in self._raw.rows(self._q_cluster_ids, {})]
+        return [r[0] for r in self._raw.rows(_CLUSTER_IDS, {})]
 
     def update_cluster(
         self,
@@ -297,7 +285,7 @@ class SqlStore:
     def list_nodes(self, cluster_id: str, groups: Iterable[str] | None = None) -> list[NodeRecord]:
         """The cluster's nodes by ``seq``; only those of ``groups`` when given."""
         if groups is None:
-            return [node_from_row(r) for r in self._raw.rows(self._q_nodes_of_cluster, {"k_cid": cluster_id})]
+            return [node_from_row(r) for r in self._raw.rows(_NODES_OF_CLUSTER, {"k_cid": cluster_id})]
         q = select(nodes).where(nodes.c.cluster_id == cluster_id, nodes.c.group_name.in_(list(groups)))
         with self._reads.connect() as conn:
             return [node_from_row(r) for r in conn.execute(q.order_by(nodes.c.seq)).all()]  # fetchall: 2x fetchone
@@ -317,10 +305,8 @@ class SqlStore:
         """One keyset page of a cluster's nodes, sorted in SQL by ``(group, instance_id)`` (``by_name``) or
         ``(launch_time, seq, instance_id)``, strictly past the key ``after``; at most ``limit`` rows.
         (ListClusterNodes read and sorted all 10,000 nodes for every page of 100: 12 s for a full listing.)"""
-        shape = (by_name, descending, after is not None, launched_after is not None, launched_before is not None)
-        q = self._q_pages.get(shape)
-        if q is None:
-            q = self._q_pages[shape] = self._raw.compile(_page_statement(*shape))
+        q = _page_statement(by_name, descending, after is not None, launched_after is not None,
+                            launched_before is not None)
         params: dict[str, Any] = {"k_cid": cluster_id, "k_status": exclude_status, "k_limit": limit,
                                   "k_after": launched_after, "k_before": launched_before}
         for i, v in enumerate(after or ()):
@@ -332,7 +318,7 @@ class SqlStore:
         repeated per distinct triple; ``instance_id`` is empty): enough for counts and group status views,
         from one GROUP BY instead of 10,000 parsed rows per DescribeCluster."""
         out: list[NodeRecord] = []
-        for group, status, image_id, count in self._raw.rows(self._q_node_tally, {"k_cid": cluster_id,
+        for group, status, image_id, count in self._raw.rows(_NODE_TALLY, {"k_cid": cluster_id,
                                                                                   "k_status": exclude_status}):
             stand_in = NodeRecord(instance_id="", cluster_id=cluster_id, group=group, seq=0,
                                   status=InstanceStatus(status), launch_time=0.0, image_id=image_id)
@@ -370,11 +356,11 @@ class SqlStore:
             return {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in conn.execute(q)}
 
     def get_node(self, instance_id: str) -> NodeRecord | None:
-        row = self._raw.first(self._q_node, {"k_iid": instance_id})
+        row = self._raw.first(_NODE_BY_ID, {"k_iid": instance_id})
         return node_from_row(row) if row else None
 
     def max_node_seq(self, cluster_id: str) -> int:
-        row = self._raw.first(self._q_max_seq, {"k_cid": cluster_id})
+        row = self._raw.first(_MAX_NODE_SEQ, {"k_cid": cluster_id})
         return int(row[0] or 0) if row else 0
 
     def update_node(self, rec: NodeRecord, new_events: Sequence[EventRecord] = ()) -> NodeRecord:
@@ -516,7 +502,7 @@ class SqlStore:
     # ---- settings -------------------------------------------------------------------------------
 
     def get_setting(self, key: str) -> Any:
-        row = self._raw.first(self._q_setting, {"k_key": key})
+        row = self._raw.first(_SETTING, {"k_key": key})
         return json.loads(row[0]) if row else None
 
     def put_setting(self, key: str, value: Any) -> None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from slurmpod.store.sql import SqlStore
 from tests.pg import PgServer, postgres_server, unavailable_reason
 
 
@@ -43,3 +45,20 @@ def fresh_pg_url(pg_server: PgServer) -> Iterator[str]:
         yield url
     finally:
         pg_server.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database: a temp SQLite file, or a freshly created PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state' / 'store.db'}"
+    return str(request.getfixturevalue("fresh_pg_url"))
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SqlStore]:
+    s = SqlStore(store_url)
+    try:
+        yield s
+    finally:
+        s.close()

@@ -9,7 +9,6 @@ import pytest
 
 from slurmpod.domain.audit import AuditRecord
 from slurmpod.store import SqlStore
-from tests.store.test_store import store, store_url  # noqa: F401  (the sqlite/postgresql fixtures)
 
 
 def _record(event_id: str = "0c0ffee0-0000-4000-8000-000000000001", **kw: object) -> AuditRecord:
@@ -20,7 +19,7 @@ def _record(event_id: str = "0c0ffee0-0000-4000-8000-000000000001", **kw: object
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
-def test_add_is_committed_and_complete(store: SqlStore, store_url: str) -> None:  # noqa: F811
+def test_add_is_committed_and_complete(store: SqlStore, store_url: str) -> None:
     store.audit.add(_record())
     store.audit.add(_record("0c0ffee0-0000-4000-8000-000000000002", read_only=True, resources=(),
                             error_code="ValidationException", event_name="DescribeCluster"))
@@ -36,7 +35,7 @@ def test_add_is_committed_and_complete(store: SqlStore, store_url: str) -> None:
     assert isinstance(rows[0].read_only, bool) and rows[1].read_only is True
 
 
-def test_failed_add_writes_nothing_and_the_next_one_works(store: SqlStore) -> None:  # noqa: F811
+def test_failed_add_writes_nothing_and_the_next_one_works(store: SqlStore) -> None:
     store.audit.add(_record())
     with pytest.raises(Exception):  # noqa: B017  (the driver's IntegrityError: event ids are unique)
         store.audit.add(_record(detail="again"))

@@ -16,9 +16,7 @@ from slurmpod.domain.status import ClusterStatus
 from slurmpod.errors import LeaseLost
 from slurmpod.store.leases import Replica
 from slurmpod.store.sql import SqlStore
-from tests.store.test_store import make_cluster, make_event, make_node, store, store_url
-
-__all__ = ["store", "store_url"]
+from tests.store.test_store import make_cluster, make_event, make_node
 
 
 @dataclass

@@ -16,9 +16,7 @@ from slurmpod.errors import ResourceInUse
 from slurmpod.store import sql as sqlmod
 from slurmpod.store.rows import cluster_values
 from slurmpod.store.sql import SqlStore
-from tests.store.test_store import ACCOUNT, TABLES, make_cluster, make_event, store_url
-
-__all__ = ["store_url"]  # the parametrized (SQLite, PostgreSQL) database fixture
+from tests.store.test_store import ACCOUNT, TABLES, make_cluster, make_event
 
 ALEMBIC_INI = Path(sqlmod.__file__).with_name("alembic.ini")
 

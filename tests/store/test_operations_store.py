@@ -15,9 +15,7 @@ from slurmpod.errors import ClientTokenTaken
 from slurmpod.store import sql as sqlmod
 from slurmpod.store.sql import SqlStore
 from tests.store.test_migration_regions_audit import _upgrade
-from tests.store.test_store import ACCOUNT, REGION, make_cluster, make_event, store_url
-
-__all__ = ["store_url"]
+from tests.store.test_store import ACCOUNT, REGION, make_cluster, make_event
 
 
 def test_0006_database_migrates(store_url: str) -> None:

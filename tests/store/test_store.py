@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,24 +47,7 @@ REGION = "us-west-2"
 TABLES = {"clusters", "nodes", "events", "settings_kv", "leases"}
 
 
-# ---- fixtures -----------------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database: a temp SQLite file, or a freshly created PostgreSQL database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'state' / 'store.db'}"
-    return str(request.getfixturevalue("fresh_pg_url"))
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[SqlStore]:
-    s = SqlStore(store_url)
-    try:
-        yield s
-    finally:
-        s.close()
+# ---- fixtures: ``store_url`` and ``store`` (SQLite and PostgreSQL) are in conftest.py -----------------------
 
 
 # ---- builders -----------------------------------------------------------------------------------------
