@@ -3,8 +3,8 @@
 Recording never fails the call it records: a store error is logged and the call's answer stands (CloudTrail,
 too, delivers asynchronously). A call that changed something is recorded before its answer is sent (durable when
 the client sees it); the record of a call that changed nothing (a read, a refused or failed call) is queued and
-written by a background writer, in batches, usually within a millisecond: the answer does not wait for a commit
-it does not need. ``lookup`` first waits for the queue, so this server's LookupEvents sees every call it answered;
+written by a background writer, in batches (within ``LINGER`` seconds of the call): the answer does not wait for a
+commit it does not need. ``lookup`` first waits for the queue, so this server's LookupEvents sees every call it answered;
 ``close`` (the server's stop) writes what is queued. A crash (kill -9) can lose the queued records of the last
 moments' reads, never a change's. Records older than the retention (default 90 days, CloudTrail's event history)
 are pruned at start and then at most once an hour, while recording.
@@ -24,6 +24,11 @@ from slurmpod.store.audit import AuditFilter, AuditLog
 log = logging.getLogger("slurmpod.audit")
 
 PRUNE_EVERY = 3600.0
+#: the writer lets queued records gather this long before writing them (one transaction per batch, one wake-up of
+#: its thread per batch instead of per read: a read-heavy client's records were written one by one) ...
+LINGER = 0.2
+#: ... or until this many are queued
+BATCH = 256
 
 
 class AuditService:
@@ -45,6 +50,7 @@ class AuditService:
         self._closed = False
         self._idle = idle
         self._flushing = 0  # callers waiting in ``flush``: the writer does not wait for idle then
+        self._sleeping = False  # the writer waits for a first record: ``enqueue`` wakes it (else it lingers)
 
     def record(self, rec: AuditRecord) -> None:
         """Writes ``rec`` now (committed when this returns): for a call that changed something."""
@@ -63,7 +69,8 @@ class AuditService:
                 if self._writer is None:
                     self._writer = threading.Thread(target=self._write_queued, name="slurmpod-audit", daemon=True)
                     self._writer.start()
-                self._changed.notify_all()
+                if self._sleeping or len(self._queue) >= BATCH:
+                    self._changed.notify_all()
                 return
         self._write([make])
 
@@ -89,7 +96,11 @@ class AuditService:
     def _write_queued(self) -> None:
         while True:
             with self._changed:
+                self._sleeping = True
                 self._changed.wait_for(lambda: self._queue or self._closed)
+                self._sleeping = False
+                self._changed.wait_for(lambda: self._closed or self._flushing > 0 or len(self._queue) >= BATCH,
+                                       LINGER)
                 hurry = self._closed or self._flushing > 0
             if not hurry:
                 self._idle()

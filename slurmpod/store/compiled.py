@@ -7,6 +7,11 @@ connection costs ~20 us. The statements stay SQLAlchemy Core (``store.sql`` buil
 direct: the columns read are strings, integers and floats, which the DBAPI returns as Core would. A DBAPI error
 is raised as SQLAlchemy's own exception (as Core would), and a connection the error broke leaves the pool.
 
+An ``IN`` over a list is not compiled as such (Core renders it per execution, one placeholder per value): a
+statement built with ``in_binds(size)`` has ``size`` placeholders, and ``in_chunks`` splits the values into chunks of
+a few fixed sizes (``IN_SIZES``), the last one padded with its last value (a duplicate changes no ``IN``): each size
+compiles once.
+
 An INSERT is compiled for exactly the columns given (every column a record's mapper writes): a column left to a
 Python-side default would need Core's execution context, and is refused when compiling.
 
@@ -17,16 +22,36 @@ wire while no transaction is open).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, bindparam
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import BindParameter
 
-__all__ = ["Compiled", "RawReads", "Result", "execute", "executemany"]
+__all__ = ["IN_SIZES", "Compiled", "RawReads", "Result", "execute", "executemany", "in_binds", "in_chunks"]
+
+#: the sizes of an ``IN (...)`` list a statement is compiled for (``in_chunks``); the largest is also the chunk size
+IN_SIZES = (1, 4, 16, 64, 256)
+
+
+def in_binds(size: int, prefix: str = "k_in") -> list[BindParameter[Any]]:
+    """``size`` bind parameters for ``column.in_(...)``: ``prefix0`` .. ``prefix{size-1}``."""
+    return [bindparam(f"{prefix}{i}") for i in range(size)]
+
+
+def in_chunks(values: Sequence[Any], prefix: str = "k_in") -> Iterator[tuple[int, dict[str, Any]]]:
+    """``values`` as (size, parameters of ``in_binds(size, prefix)``) chunks, ``size`` from ``IN_SIZES``; the last
+    chunk repeats its last value up to its size. Nothing for no values."""
+    top = IN_SIZES[-1]
+    for start in range(0, len(values), top):
+        chunk = list(values[start:start + top])
+        size = next(n for n in IN_SIZES if n >= len(chunk))
+        chunk.extend([chunk[-1]] * (size - len(chunk)))
+        yield size, {f"{prefix}{i}": v for i, v in enumerate(chunk)}
 
 
 class Compiled:

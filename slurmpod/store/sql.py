@@ -26,7 +26,7 @@ from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.errors import ResourceInUse, VersionConflict
 from slurmpod.store import operations as ops
 from slurmpod.store.audit import AuditLog
-from slurmpod.store.compiled import RawReads, execute, executemany
+from slurmpod.store.compiled import RawReads, execute, executemany, in_binds, in_chunks
 from slurmpod.store.engine import make_engine, migrate, reads
 from slurmpod.store.leases import Fence, LeaseStore
 from slurmpod.store.rows import (
@@ -47,7 +47,6 @@ __all__ = ["NodeView", "SqlStore", "make_engine", "migrate"]
 # about 200 us of the 270 us of an update_node, which the reconciler runs ~7 times per node booted.
 _NODE_BY_ID = select(nodes).where(nodes.c.instance_id == bindparam("k_iid"))
 _MAX_NODE_SEQ = select(func.max(nodes.c.seq)).where(nodes.c.cluster_id == bindparam("k_cid"))  # per CreateNodes
-_NODES_BY_IDS = select(nodes).where(nodes.c.instance_id.in_(bindparam("k_iids", expanding=True)))
 _INSERT_EVENT = insert(events)
 _INSERT_CLUSTER = insert(clusters)
 _INSERT_NODE = insert(nodes)
@@ -101,6 +100,37 @@ _DELETE_CLUSTER_ROWS = (  # a cluster's rows, children first
     *ops.CLUSTER_CHILD_ROWS,
     delete(clusters).where(clusters.c.cluster_id == bindparam("k_cid")),
 )
+
+
+# statements with an IN list of ``size`` values (``store.compiled.in_chunks``), one per size
+@functools.cache
+def _clusters_in(size: int) -> Any:
+    return select(clusters).where(clusters.c.cluster_id.in_(in_binds(size)))
+
+
+@functools.cache
+def _fingerprints_in(size: int) -> Any:
+    c = nodes.c
+    return (select(c.cluster_id, func.count(), func.sum(c.version), func.max(c.seq), func.sum(c.seq * c.version))
+            .where(c.cluster_id.in_(in_binds(size))).group_by(c.cluster_id))
+
+
+@functools.cache
+def _nodes_in(size: int) -> Any:
+    return select(nodes).where(nodes.c.instance_id.in_(in_binds(size)))
+
+
+@functools.cache
+def _group_nodes(size: int) -> Any:
+    c = nodes.c
+    return select(nodes).where(c.cluster_id == bindparam("k_cid"), c.group_name.in_(in_binds(size))).order_by(c.seq)
+
+
+@functools.cache
+def _any_group_node(size: int) -> Any:
+    c = nodes.c
+    return select(nodes).where(c.cluster_id == bindparam("k_cid"), c.group_name.in_(in_binds(size)),
+                               c.status == bindparam("k_status")).limit(1)
 
 
 def _cluster_of(evs: Sequence[EventRecord]) -> str | None:
@@ -178,10 +208,7 @@ class SqlStore:
 
     def get_clusters(self, cluster_ids: Sequence[str]) -> dict[str, ClusterRecord]:
         """``get_cluster`` of several in one read (a reconcile pass read 500 clusters one round trip each)."""
-        if not cluster_ids:
-            return {}
-        with self._reads.connect() as conn:
-            rows = conn.execute(select(clusters).where(clusters.c.cluster_id.in_(list(cluster_ids)))).all()
+        rows = [r for size, params in in_chunks(cluster_ids) for r in self._raw.rows(_clusters_in(size), params)]
         out = {rec.cluster_id: rec for r in rows if (rec := self._parsed(r)) is not None}
         for cid in cluster_ids:
             if cid not in out:
@@ -286,9 +313,10 @@ class SqlStore:
         """The cluster's nodes by ``seq``; only those of ``groups`` when given."""
         if groups is None:
             return [node_from_row(r) for r in self._raw.rows(_NODES_OF_CLUSTER, {"k_cid": cluster_id})]
-        q = select(nodes).where(nodes.c.cluster_id == cluster_id, nodes.c.group_name.in_(list(groups)))
-        with self._reads.connect() as conn:
-            return [node_from_row(r) for r in conn.execute(q.order_by(nodes.c.seq)).all()]  # fetchall: 2x fetchone
+        chunks = list(in_chunks(sorted(set(groups))))
+        found = [node_from_row(r) for size, params in chunks
+                 for r in self._raw.rows(_group_nodes(size), {**params, "k_cid": cluster_id})]
+        return found if len(chunks) <= 1 else sorted(found, key=lambda n: n.seq)
 
     def page_nodes(
         self,
@@ -328,12 +356,11 @@ class SqlStore:
     def any_node(self, cluster_id: str, groups: Iterable[str], status: InstanceStatus) -> NodeRecord | None:
         """Some node of ``groups`` in ``status`` (no ordering, so the scan stops at the first match: the
         "is a controller Running?" question asked once per booting node stays cheap at 10,000 nodes)."""
-        c = nodes.c
-        q = (select(nodes).where(and_(c.cluster_id == cluster_id, c.group_name.in_(list(groups)),
-                                      c.status == status.value)).limit(1))
-        with self._reads.connect() as conn:
-            row = conn.execute(q).first()
-        return node_from_row(row) if row else None
+        for size, params in in_chunks(sorted(set(groups))):
+            row = self._raw.first(_any_group_node(size), {**params, "k_cid": cluster_id, "k_status": status.value})
+            if row is not None:
+                return node_from_row(row)
+        return None
 
     def node_view(self, cluster_id: str) -> NodeView:
         """``list_nodes(cluster_id)`` read only if and when the caller looks at it."""
@@ -347,13 +374,8 @@ class SqlStore:
 
     def nodes_fingerprints(self, cluster_ids: Sequence[str]) -> dict[str, tuple[int, int, int, int]]:
         """``nodes_fingerprint`` of several clusters in one GROUP BY (a cluster without nodes: absent)."""
-        if not cluster_ids:
-            return {}
-        c = nodes.c
-        q = select(c.cluster_id, func.count(), func.sum(c.version), func.max(c.seq), func.sum(c.seq * c.version)
-                   ).where(c.cluster_id.in_(list(cluster_ids))).group_by(c.cluster_id)
-        with self._reads.connect() as conn:
-            return {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in conn.execute(q)}
+        return {r[0]: (int(r[1]), int(r[2]), int(r[3]), int(r[4]))
+                for size, params in in_chunks(cluster_ids) for r in self._raw.rows(_fingerprints_in(size), params)}
 
     def get_node(self, instance_id: str) -> NodeRecord | None:
         row = self._raw.first(_NODE_BY_ID, {"k_iid": instance_id})
@@ -372,8 +394,7 @@ class SqlStore:
 
     def get_nodes(self, instance_ids: Sequence[str]) -> dict[str, NodeRecord]:
         """The stored nodes among ``instance_ids``, by id, in one query."""
-        with self._reads.connect() as conn:
-            rows = conn.execute(_NODES_BY_IDS, {"k_iids": list(instance_ids)}).all()
+        rows = [r for size, params in in_chunks(instance_ids) for r in self._raw.rows(_nodes_in(size), params)]
         return {r.instance_id: r for r in map(node_from_row, rows)}
 
     def update_nodes(self, changes: Sequence[tuple[NodeRecord, Sequence[EventRecord]]]

@@ -86,3 +86,43 @@ def test_what_only_core_can_run_is_refused_when_compiling(store: SqlStore) -> No
         Compiled(store.engine.dialect, insert(nodes), ["instance_id", "cluster_id"])
     with pytest.raises(ValueError, match="IN"):
         Compiled(store.engine.dialect, select(nodes.c.seq).where(nodes.c.status.in_(["a", "b"])))
+
+
+def test_in_chunks_pad_to_a_few_sizes() -> None:
+    from slurmpod.store.compiled import IN_SIZES, in_chunks
+
+    assert list(in_chunks([])) == []
+    assert list(in_chunks(["a"])) == [(1, {"k_in0": "a"})]
+    assert list(in_chunks(["a", "b"], "k_g")) == [(4, {"k_g0": "a", "k_g1": "b", "k_g2": "b", "k_g3": "b"})]
+    top = IN_SIZES[-1]
+    chunks = list(in_chunks([str(i) for i in range(top + 5)]))
+    assert [size for size, _ in chunks] == [top, 16]
+    assert list(chunks[1][1].values()) == [str(i) for i in range(top, top + 5)] + [str(top + 4)] * 11
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 5, 17, 300])
+def test_reads_over_a_list_of_ids_find_each_once(store: SqlStore, count: int) -> None:
+    """get_clusters, nodes_fingerprints, get_nodes, list_nodes(groups=...) and any_node over lists that cross
+    ``IN_SIZES`` (and the largest, in two chunks): every match once, none that does not match."""
+    from slurmpod.domain.status import InstanceStatus
+    from tests.store.test_store import make_cluster, make_node
+
+    ids = [f"c{i:011d}" for i in range(count)]
+    for i, cid in enumerate(ids):
+        store.create_cluster(make_cluster(cid, name=f"n{i}"))
+    store.add_nodes([make_node(ids[0], s, group=f"g{s % 7}") for s in range(1, 41)] if ids else [])
+    asked = [*ids, "absent000000"]
+    assert sorted(store.get_clusters(asked)) == ids
+    prints = store.nodes_fingerprints(asked)
+    assert list(prints) == ids[:1] and (prints[ids[0]][0] if ids else 40) == 40
+    if not ids:
+        return
+    node_ids = [f"i-{ids[0]}{s:05d}" for s in range(1, 41)]
+    assert sorted(store.get_nodes([*node_ids, "i-none"])) == node_ids
+    groups = ["g0", "g3", "g5", "nothing"]
+    assert [n.seq for n in store.list_nodes(ids[0], groups=groups)] == [
+        s for s in range(1, 41) if s % 7 in (0, 3, 5)]
+    assert store.list_nodes(ids[0], groups=[]) == []
+    found = store.any_node(ids[0], ["nothing", "g3"], InstanceStatus.PENDING)
+    assert found is not None and found.group == "g3"
+    assert store.any_node(ids[0], ["g3"], InstanceStatus.RUNNING) is None
