@@ -3,11 +3,11 @@
 Recording never fails the call it records: a store error is logged and the call's answer stands (CloudTrail,
 too, delivers asynchronously). A call that changed something is recorded before its answer is sent (durable when
 the client sees it); the record of a call that changed nothing (a read, a refused or failed call) is queued and
-written by a background writer, in batches (within ``LINGER`` seconds of the call): the answer does not wait for a
-commit it does not need. ``lookup`` first waits for the queue, so this server's LookupEvents sees every call it answered;
-``close`` (the server's stop) writes what is queued. A crash (kill -9) can lose the queued records of the last
-moments' reads, never a change's. Records older than the retention (default 90 days, CloudTrail's event history)
-are pruned at start and then at most once an hour, while recording.
+written by a background writer, in batches (within ``LINGER`` seconds of the call): the answer does not wait for
+a commit it does not need. ``lookup`` first waits for the queue, so this server's LookupEvents sees every call it
+answered; ``close`` (the server's stop) writes what is queued. A crash (kill -9) can lose the queued records of the
+last ``LINGER`` seconds' reads, never a change's. Records older than the retention (default 90 days, CloudTrail's
+event history) are pruned at start and then at most once an hour, while recording.
 """
 
 from __future__ import annotations
