@@ -109,16 +109,29 @@ def delete_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, 
 
 
 def list_clusters(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
-    items = svc.cluster_summaries(caller)
     after, before, contains = p.get("CreationTimeAfter"), p.get("CreationTimeBefore"), p.get("NameContains")
+    filters = {k: p.get(k) for k in ("CreationTimeAfter", "CreationTimeBefore", "NameContains", "SortBy", "SortOrder")}
+    by_name = p.get("SortBy") == "NAME"
+    if not contains:  # the common case pages in SQL; a substring filter keeps the exact in-Python path below
+        token = p.get("NextToken")
+        limit = p.get("MaxResults") or 100
+        rows = svc.cluster_summary_page(
+            caller, by_name=by_name, descending=p.get("SortOrder", "Descending") == "Descending",
+            after=_token_key(token, filters, _CLUSTER_KEY[by_name]) if token else None, limit=limit + 1,
+            created_after=epoch(after) if after is not None else None,
+            created_before=epoch(before) if before is not None else None)
+        out: dict[str, Any] = {"ClusterSummaries": [tr.cluster_summary(c) for c in rows[:limit]]}
+        if len(rows) > limit:
+            last = rows[limit - 1]
+            out["NextToken"] = encode_token((last.name, last.cluster_id) if by_name
+                                            else (last.creation_time, last.cluster_id), filters)
+        return out
+    items = svc.cluster_summaries(caller)
     if after is not None:
         items = [c for c in items if c.creation_time > epoch(after)]
     if before is not None:
         items = [c for c in items if c.creation_time < epoch(before)]
-    if contains:
-        items = [c for c in items if contains in c.name]
-    by_name = p.get("SortBy") == "NAME"
-    filters = {k: p.get(k) for k in ("CreationTimeAfter", "CreationTimeBefore", "NameContains", "SortBy", "SortOrder")}
+    items = [c for c in items if contains in c.name]
     page, token = paginate(
         items,
         (lambda c: (c.name, c.cluster_id)) if by_name else (lambda c: (c.creation_time, c.cluster_id)),
@@ -127,16 +140,20 @@ def list_clusters(svc: ClusterService, caller: Caller, p: Params) -> dict[str, A
         next_token=p.get("NextToken"),
         filters=filters,
     )
-    out: dict[str, Any] = {"ClusterSummaries": [tr.cluster_summary(c) for c in page]}
+    out = {"ClusterSummaries": [tr.cluster_summary(c) for c in page]}
     if token:
         out["NextToken"] = token
     return out
 
 
-def _token_key(token: str, filters: Mapping[str, Any], by_name: bool) -> list[Any]:
+#: a NextToken's keyset position: the types of its values, per listing and sort (by name, by time)
+_CLUSTER_KEY = {True: ((str,), (str,)), False: ((int, float), (str,))}
+_NODE_KEY = {True: ((str,), (str,)), False: ((int, float), (int,), (str,))}
+
+
+def _token_key(token: str, filters: Mapping[str, Any], kinds: tuple[tuple[type, ...], ...]) -> list[Any]:
     """The keyset position in a NextToken, type-checked (it goes into SQL, where a forged key would not fail)."""
     key = decode_token(token, filters)
-    kinds: tuple[tuple[type, ...], ...] = ((str,), (str,)) if by_name else ((int, float), (int,), (str,))
     ok = len(key) == len(kinds) and all(
         isinstance(v, k) and not isinstance(v, bool) for v, k in zip(key, kinds, strict=True))
     if not ok:
@@ -153,7 +170,7 @@ def _list_cluster_nodes_sql(svc: ClusterService, rec: ClusterRecord, p: Params,
     limit = p.get("MaxResults") or 100
     rows = svc.store.page_nodes(
         rec.cluster_id, by_name=by_name, descending=p.get("SortOrder", "Ascending") == "Descending",
-        after=_token_key(token, filters, by_name) if token else None, limit=limit + 1,
+        after=_token_key(token, filters, _NODE_KEY[by_name]) if token else None, limit=limit + 1,
         launched_after=epoch(after) if after is not None else None,
         launched_before=epoch(before) if before is not None else None,
     )

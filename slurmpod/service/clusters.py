@@ -112,6 +112,14 @@ class ClusterService:
         """ListClusters' view: no specs read."""
         return self.store.list_cluster_summaries(caller.account_id, caller.region)
 
+    def cluster_summary_page(self, caller: Caller, *, by_name: bool, descending: bool, after: Sequence[Any] | None,
+                             limit: int, created_after: float | None, created_before: float | None
+                             ) -> list[ClusterSummary]:
+        """One keyset page of ``cluster_summaries`` (sorted and cut in the store)."""
+        return self.store.page_cluster_summaries(caller.account_id, caller.region, by_name=by_name,
+                                                 descending=descending, after=after, limit=limit,
+                                                 created_after=created_after, created_before=created_before)
+
     def nodes(self, cluster: ClusterRecord) -> list[NodeRecord]:
         return [n for n in self.store.list_nodes(cluster.cluster_id) if n.status != InstanceStatus.NOT_FOUND]
 

@@ -50,6 +50,21 @@ class ClusterRepo(Protocol):
         """The account's clusters in ``region`` as ListClusters shows them, by creation time."""
         ...
 
+    def page_cluster_summaries(
+        self,
+        account_id: str,
+        region: str,
+        *,
+        by_name: bool,
+        descending: bool,
+        after: Sequence[Any] | None,
+        limit: int,
+        created_after: float | None = None,
+        created_before: float | None = None,
+    ) -> list[ClusterSummary]:
+        """One keyset page of ``list_cluster_summaries``, strictly past the sort key ``after``."""
+        ...
+
     def cluster_ids(self) -> list[str]: ...
 
     def update_cluster(

@@ -126,3 +126,21 @@ def test_reads_over_a_list_of_ids_find_each_once(store: SqlStore, count: int) ->
     found = store.any_node(ids[0], ["nothing", "g3"], InstanceStatus.PENDING)
     assert found is not None and found.group == "g3"
     assert store.any_node(ids[0], ["g3"], InstanceStatus.RUNNING) is None
+
+
+@pytest.mark.parametrize("count", [1, 2, 101, 250])
+def test_inserting_many_rows_writes_each_once(store: SqlStore, count: int) -> None:
+    """``executemany(insert=True)``: every row, in order of the statement's chunks (PostgreSQL: multi-row VALUES of
+    at most ``ROWS_PER_INSERT`` rows); a duplicate key anywhere rolls the whole transaction back."""
+    from sqlalchemy import insert
+    from sqlalchemy.exc import IntegrityError
+
+    from slurmpod.store.compiled import executemany
+
+    rows = [{"key": f"k{i:04d}", "value": str(i)} for i in range(count)]
+    with store.engine.begin() as conn:
+        executemany(conn, insert(settings_kv), rows, insert=True)
+    assert [store.get_setting(r["key"]) for r in rows] == list(range(count))
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        executemany(conn, insert(settings_kv), [{"key": "new", "value": "1"}, *rows[-1:]], insert=True)
+    assert store.get_setting("new") is None

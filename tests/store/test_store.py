@@ -302,6 +302,33 @@ def test_cluster_summaries_are_the_account_regions_clusters_by_creation_time(sto
     assert store.list_cluster_summaries("000000000000", REGION) == []
 
 
+@pytest.mark.parametrize("by_name", [True, False])
+@pytest.mark.parametrize("descending", [True, False])
+def test_cluster_summary_pages_walk_the_same_order_as_python(store: SqlStore, by_name: bool,
+                                                              descending: bool) -> None:
+    """``page_cluster_summaries``: keyset pages in SQL, names by code point (upper case, digits and hyphens
+    included) on both dialects, the account's region only, creation-time windows exclusive."""
+    names = ["b", "B", "a-b", "ab", "A1", "a", "Zz", "z-9", "0x", "a-a"]
+    for i, name in enumerate(names):
+        store.create_cluster(replace(make_cluster(f"abcdefgh{i:04d}", name), creation_time=1000.0 + (i * 7) % 10))
+    store.create_cluster(make_cluster("abcdefghzz01", "theirs", OTHER_ACCOUNT))
+    summaries = store.list_cluster_summaries(ACCOUNT, REGION)
+    key = (lambda s: (s.name, s.cluster_id)) if by_name else (lambda s: (s.creation_time, s.cluster_id))
+    expected = sorted(summaries, key=key, reverse=descending)
+    walked, after = [], None
+    while True:
+        page = store.page_cluster_summaries(ACCOUNT, REGION, by_name=by_name, descending=descending,
+                                            after=after, limit=3)
+        walked += page
+        if len(page) < 3:
+            break
+        after = list(key(page[-1]))
+    assert walked == expected
+    window = store.page_cluster_summaries(ACCOUNT, REGION, by_name=by_name, descending=descending, after=None,
+                                          limit=100, created_after=1002.0, created_before=1007.0)
+    assert window == [s for s in expected if 1002.0 < s.creation_time < 1007.0] and len(window) == 4
+
+
 def test_cluster_version_conflict_first_writer_wins(store: SqlStore) -> None:
     store.create_cluster(make_cluster())
     a = store.get_cluster("abcdefghij01")
