@@ -72,6 +72,13 @@ class Compiled:
         if defaulted:
             raise ValueError(f"give every column ({', '.join(defaulted)}): Python-side defaults need Core")
 
+    @classmethod
+    def of_text(cls, sql: str) -> Compiled:
+        """A statement already in the dialect's text, with named parameters (``%(name)s`` on psycopg)."""
+        q = cls.__new__(cls)
+        q.sql, q._order, q._fixed = sql, None, {}
+        return q
+
     def args(self, params: Mapping[str, Any]) -> Any:
         if self._fixed:
             params = {**self._fixed, **params}
@@ -150,36 +157,35 @@ def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any
 def executemany(conn: Connection, statement: ClauseElement, params: Sequence[Mapping[str, Any]], *,
                 insert: bool = False) -> None:
     """``execute`` for each of ``params`` (one DBAPI ``executemany``; ``insert``: all with the first's columns).
-    On PostgreSQL an INSERT of several rows is one multi-row ``VALUES`` statement per ``ROWS_PER_INSERT`` rows:
-    psycopg's ``executemany`` sends and converts each row as a statement of its own (the reconciler's inserts of
-    20 nodes spent most of their time there)."""
+    On PostgreSQL an INSERT of several rows is one ``INSERT ... SELECT * FROM unnest(<one array per column>)``:
+    psycopg's ``executemany`` sends and converts each row as a statement of its own, and a multi-row ``VALUES``
+    statement is too long for psycopg's parse cache (4 KiB, 50 parameters), so it is parsed anew each time."""
     if not params:
         return
     if insert and len(params) > 1 and conn.dialect.name == "postgresql":
         columns = tuple(params[0])
-        for start in range(0, len(params), ROWS_PER_INSERT):
-            rows = params[start:start + ROWS_PER_INSERT]
-            q = _compiled(conn.dialect, _rows_insert(statement, columns, len(rows)), None)
-            _run(conn, q, [q.args({f"{c}_r{i}": row[c] for i, row in enumerate(rows) for c in columns})],
-                 many=False)
+        q = _unnest_insert(conn.dialect, statement, columns)
+        _run(conn, q, [{c: [row[c] for row in params] for c in columns}], many=False)
         return
     q = _compiled(conn.dialect, statement, tuple(params[0]) if insert else None)
     _run(conn, q, [q.args(p) for p in params], many=True)
 
 
-#: rows per multi-row INSERT on PostgreSQL (a node row has ~25 columns: 2,500 parameters, of the 65,535 allowed)
-ROWS_PER_INSERT = 100
-# (INSERT statement, columns, rows) -> that INSERT with a VALUES list of ``rows`` rows of bind parameters
-_ROWS_INSERTS: dict[tuple[Any, ...], ClauseElement] = {}
+# (INSERT statement, columns) -> its unnest form on PostgreSQL (``executemany``)
+_UNNEST: dict[tuple[Any, ...], Compiled] = {}
 
 
-def _rows_insert(statement: ClauseElement, columns: tuple[str, ...], rows: int) -> ClauseElement:
-    key = (statement, columns, rows)
-    multi = _ROWS_INSERTS.get(key)
-    if multi is None:
-        values: list[dict[str, Any]] = [{c: bindparam(f"{c}_r{i}") for c in columns} for i in range(rows)]
-        multi = _ROWS_INSERTS[key] = statement.values(values)  # type: ignore[attr-defined]
-    return multi
+def _unnest_insert(dialect: Dialect, statement: ClauseElement, columns: tuple[str, ...]) -> Compiled:
+    key = (statement, columns)
+    q = _UNNEST.get(key)
+    if q is None:
+        table = statement.table  # type: ignore[attr-defined]
+        quote = dialect.identifier_preparer.quote
+        arrays = ", ".join(f"CAST(%({c})s AS {table.c[c].type.compile(dialect=dialect)}[])" for c in columns)
+        q = _UNNEST[key] = Compiled.of_text(
+            f"INSERT INTO {dialect.identifier_preparer.format_table(table)} ({', '.join(quote(c) for c in columns)}) "
+            f"SELECT * FROM unnest({arrays})")
+    return q
 
 
 def _run(conn: Connection, q: Compiled, args: list[Any], *, many: bool) -> Result:

@@ -130,8 +130,8 @@ def test_reads_over_a_list_of_ids_find_each_once(store: SqlStore, count: int) ->
 
 @pytest.mark.parametrize("count", [1, 2, 101, 250])
 def test_inserting_many_rows_writes_each_once(store: SqlStore, count: int) -> None:
-    """``executemany(insert=True)``: every row, in order of the statement's chunks (PostgreSQL: multi-row VALUES of
-    at most ``ROWS_PER_INSERT`` rows); a duplicate key anywhere rolls the whole transaction back."""
+    """``executemany(insert=True)``: every row once (PostgreSQL: one INSERT from unnest(arrays)); a duplicate key
+    anywhere rolls the whole transaction back."""
     from sqlalchemy import insert
     from sqlalchemy.exc import IntegrityError
 
@@ -144,3 +144,16 @@ def test_inserting_many_rows_writes_each_once(store: SqlStore, count: int) -> No
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
         executemany(conn, insert(settings_kv), [{"key": "new", "value": "1"}, *rows[-1:]], insert=True)
     assert store.get_setting("new") is None
+
+
+def test_inserted_nodes_read_back_equal_with_columns_all_null(store: SqlStore) -> None:
+    """Several node rows in one insert, nullable columns None in every row (an all-NULL array on PostgreSQL)."""
+    from dataclasses import replace
+
+    from tests.store.test_store import make_cluster, make_node
+
+    store.create_cluster(make_cluster("abcdefghij01"))
+    recs = [replace(make_node("abcdefghij01", s), message=None, ip=None, last_software_update_time=None)
+            for s in range(1, 4)]
+    store.add_nodes(recs)
+    assert store.list_nodes("abcdefghij01") == recs
