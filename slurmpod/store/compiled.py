@@ -32,7 +32,8 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import BindParameter
 
-__all__ = ["IN_SIZES", "Compiled", "RawReads", "Result", "execute", "executemany", "in_binds", "in_chunks"]
+__all__ = ["IN_SIZES", "Compiled", "RawReads", "Result", "execute", "executemany", "in_binds", "in_chunks",
+           "update_rows"]
 
 #: the sizes of an ``IN (...)`` list a statement is compiled for (``in_chunks``); the largest is also the chunk size
 IN_SIZES = (1, 4, 16, 64, 256)
@@ -186,6 +187,31 @@ def _unnest_insert(dialect: Dialect, statement: ClauseElement, columns: tuple[st
             f"INSERT INTO {dialect.identifier_preparer.format_table(table)} ({', '.join(quote(c) for c in columns)}) "
             f"SELECT * FROM unnest({arrays})")
     return q
+
+
+def update_rows(conn: Connection, table: Any, key: str, version: str, rows: Sequence[Mapping[str, Any]]
+                ) -> set[Any]:
+    """PostgreSQL: version-checked UPDATEs of several rows of ``table`` in one statement (``UPDATE ... FROM
+    unnest(<one array per column>)``); each of ``rows`` holds every column to set plus ``k_key`` (the row's ``key``)
+    and ``k_version`` (its stored ``version``, which must still match). Returns the keys of the rows written."""
+    columns = tuple(c for c in rows[0] if c not in ("k_key", "k_version"))
+    cache_key = (table, key, version, columns)
+    q = _UNNEST.get(cache_key)
+    if q is None:
+        dialect = conn.dialect
+        quote = dialect.identifier_preparer.quote
+        name = dialect.identifier_preparer.format_table(table)
+        kinds = {c: table.c[c].type.compile(dialect=dialect) for c in columns}
+        kinds["k_key"] = table.c[key].type.compile(dialect=dialect)
+        kinds["k_version"] = table.c[version].type.compile(dialect=dialect)
+        arrays = ", ".join(f"CAST(%({c})s AS {kind}[])" for c, kind in kinds.items())
+        q = _UNNEST[cache_key] = Compiled.of_text(
+            f"UPDATE {name} SET {', '.join(f'{quote(c)} = v.{quote(c)}' for c in columns)} "
+            f"FROM unnest({arrays}) AS v({', '.join(quote(c) for c in kinds)}) "
+            f"WHERE {name}.{quote(key)} = v.k_key AND {name}.{quote(version)} = v.k_version "
+            f"RETURNING {name}.{quote(key)}")
+    res = _run(conn, q, [{c: [row[c] for row in rows] for c in (*columns, "k_key", "k_version")}], many=False)
+    return {r[0] for r in res.rows}
 
 
 def _run(conn: Connection, q: Compiled, args: list[Any], *, many: bool) -> Result:

@@ -35,10 +35,12 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from slurmpod.errors import LeaseLost
+from slurmpod.store.compiled import execute
 from slurmpod.store.tables import clusters, leases, replicas
 
 __all__ = ["ClusterRef", "Fence", "Lease", "LeaseStore", "Replica"]
@@ -84,6 +86,14 @@ class Replica:
     expires: float
 
 
+# renewal on PostgreSQL (a server renews its ~500 leases every few seconds: an IN list of 500 was compiled, and
+# converted by psycopg, anew each time)
+_RENEW_ANY = (update(leases)
+              .where(and_(leases.c.owner == bindparam("k_owner"), leases.c.released.is_(False),
+                          leases.c.cluster_id == func.any(bindparam("k_ids", type_=ARRAY(String)))))
+              .values(expires=bindparam("k_until")).returning(leases.c.cluster_id, leases.c.epoch))
+
+
 class LeaseStore:
     def __init__(self, engine: Engine, begin: Begin) -> None:
         self.engine = engine
@@ -99,8 +109,8 @@ class LeaseStore:
     def check(self, conn: Connection, fence: Fence, cluster_id: str) -> None:
         """Inside a write transaction: raises ``LeaseLost`` unless ``fence.owner`` holds the lease at its epoch."""
         epoch = fence.epoch(cluster_id)
-        held = epoch is not None and conn.execute(
-            self._fence_q, {"c": cluster_id, "o": fence.owner, "e": epoch}).first() is not None
+        held = epoch is not None and execute(
+            conn, self._fence_q, {"c": cluster_id, "o": fence.owner, "e": epoch}).first() is not None
         if not held:
             raise LeaseLost(f"cluster {cluster_id}: this server ({fence.owner}) does not hold its lease")
 
@@ -210,9 +220,12 @@ class LeaseStore:
         if not held:
             return {}
         with self._begin() as conn:
-            rows = conn.execute(update(leases).where(and_(leases.c.owner == owner, leases.c.released.is_(False),
-                                                          leases.c.cluster_id.in_(list(held))))
-                                .values(expires=until).returning(leases.c.cluster_id, leases.c.epoch))
+            if self._postgres:  # one array parameter: the same short statement for any number of leases
+                rows: Any = execute(conn, _RENEW_ANY, {"k_owner": owner, "k_until": until, "k_ids": list(held)}).rows
+            else:
+                rows = conn.execute(update(leases).where(and_(leases.c.owner == owner, leases.c.released.is_(False),
+                                                              leases.c.cluster_id.in_(list(held))))
+                                    .values(expires=until).returning(leases.c.cluster_id, leases.c.epoch))
             return {r[0]: int(r[1]) for r in rows if held.get(r[0]) == int(r[1])}
 
     def release_stale(self, owner: str) -> int:

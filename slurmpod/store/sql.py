@@ -26,7 +26,7 @@ from slurmpod.domain.status import ClusterStatus, InstanceStatus
 from slurmpod.errors import ResourceInUse, VersionConflict
 from slurmpod.store import operations as ops
 from slurmpod.store.audit import AuditLog
-from slurmpod.store.compiled import RawReads, execute, executemany, in_binds, in_chunks
+from slurmpod.store.compiled import RawReads, execute, executemany, in_binds, in_chunks, update_rows
 from slurmpod.store.engine import make_engine, migrate, reads
 from slurmpod.store.leases import Fence, LeaseStore
 from slurmpod.store.rows import (
@@ -457,6 +457,19 @@ class SqlStore:
             for cluster_id in {rec.cluster_id for rec, _ in changes}:
                 self._check_fence(conn, cluster_id)
             evs: list[EventRecord] = []
+            if len(changes) > 1 and conn.dialect.name == "postgresql":  # one statement, not one per node
+                stored = [replace(rec, version=rec.version + 1) for rec, _ in changes]
+                rows = [{**node_values(st), "k_key": rec.instance_id, "k_version": rec.version}
+                        for st, (rec, _) in zip(stored, changes, strict=True)]
+                for row in rows:
+                    del row["instance_id"]
+                written = update_rows(conn, nodes, "instance_id", "version", rows)
+                for st, (rec, new_events) in zip(stored, changes, strict=True):
+                    ok = rec.instance_id in written
+                    out.append(st if ok else None)
+                    evs += new_events if ok else ()
+                self._insert_events(conn, evs)
+                return out
             for rec, new_events in changes:
                 try:
                     out.append(self._update_node(conn, rec))

@@ -147,7 +147,8 @@ def test_inserting_many_rows_writes_each_once(store: SqlStore, count: int) -> No
 
 
 def test_inserted_nodes_read_back_equal_with_columns_all_null(store: SqlStore) -> None:
-    """Several node rows in one insert, nullable columns None in every row (an all-NULL array on PostgreSQL)."""
+    """Several node rows in one insert, then one update, nullable columns None in every row (an all-NULL array on
+    PostgreSQL)."""
     from dataclasses import replace
 
     from tests.store.test_store import make_cluster, make_node
@@ -157,3 +158,5 @@ def test_inserted_nodes_read_back_equal_with_columns_all_null(store: SqlStore) -
             for s in range(1, 4)]
     store.add_nodes(recs)
     assert store.list_nodes("abcdefghij01") == recs
+    out = store.update_nodes([(replace(r, hostname=None, phases=("launched",)), []) for r in recs])
+    assert store.list_nodes("abcdefghij01") == out and all(o is not None and o.version == 2 for o in out)
