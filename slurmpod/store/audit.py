@@ -16,6 +16,7 @@ from sqlalchemy import Engine, and_, delete, insert, or_, select
 from sqlalchemy.engine import Connection, Row
 
 from slurmpod.domain.audit import AuditRecord
+from slurmpod.store.compiled import execute, executemany
 from slurmpod.store.tables import audit_events
 
 __all__ = ["AuditFilter", "AuditLog"]
@@ -62,8 +63,6 @@ def _from_row(row: Row[Any]) -> AuditRecord:
 
 
 _INSERT = insert(audit_events)
-_COLUMNS = ("event_id", "event_time", "account_id", "region", "event_name", "event_source", "access_key_id",
-            "username", "read_only", "resources", "resource_keys", "error_code", "detail")
 
 
 class AuditLog:
@@ -72,11 +71,8 @@ class AuditLog:
     def __init__(self, engine: Engine, begin: Callable[[], AbstractContextManager[Connection]]) -> None:
         self.engine = engine
         self._begin = begin
-        # the insert in the dialect's own SQL and parameter style, compiled once: it goes to the DBAPI cursor of
-        # the transaction (SQLAlchemy's execute path, ~0.1 ms, cost more than the insert itself)
-        compiled = _INSERT.compile(dialect=engine.dialect, column_keys=list(_COLUMNS))
-        self._insert_sql = compiled.string
-        self._positional = tuple(compiled.positiontup or ()) if compiled.positional else None
+        # the inserts go to the DBAPI cursor (``store.compiled``: SQLAlchemy's execute path, ~0.1 ms, cost more than
+        # the insert itself)
         # ``engine`` is the store's engine for reads (``engine.reads``): autocommit connections on PostgreSQL
         self._autocommit = engine.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
 
@@ -86,32 +82,24 @@ class AuditLog:
         # PostgreSQL: one statement in autocommit, one round trip (BEGIN, INSERT, COMMIT were three) with the same
         # durability (committed when the statement returns); SQLite: a write transaction of its own
         with (self.engine.connect() if self._autocommit else self._begin()) as conn:
-            cursor = conn.connection.cursor()
-            try:
-                cursor.execute(self._insert_sql, params)
-            finally:
-                cursor.close()
+            execute(conn, _INSERT, params, insert=True)
 
     def add_many(self, recs: Sequence[AuditRecord]) -> None:
         """Appends ``recs`` in one transaction (all or none), committed when this returns."""
         if not recs:
             return
-        with self._begin() as conn:
-            cursor = conn.connection.cursor()
-            try:
-                cursor.executemany(self._insert_sql, [self._params(r) for r in recs])
-            finally:
-                cursor.close()
+        with self._begin() as conn:  # (PostgreSQL: one INSERT from unnest(arrays), ``store.compiled.executemany``)
+            executemany(conn, _INSERT, [self._params(r) for r in recs], insert=True)
 
-    def _params(self, rec: AuditRecord) -> Any:
-        values = {
+    @staticmethod
+    def _params(rec: AuditRecord) -> dict[str, Any]:
+        return {
             "event_id": rec.event_id, "event_time": rec.event_time, "account_id": rec.account_id,
             "region": rec.region, "event_name": rec.event_name, "event_source": rec.event_source,
             "access_key_id": rec.access_key_id, "username": rec.username, "read_only": rec.read_only,
             "resources": json.dumps([list(r) for r in rec.resources]), "resource_keys": resource_keys(rec.resources),
             "error_code": rec.error_code, "detail": rec.detail,
         }
-        return values if self._positional is None else tuple(values[k] for k in self._positional)
 
     def page(self, f: AuditFilter, *, cursor: tuple[float, int] | None = None, limit: int = 50,
              oldest_first: bool = False, after_seq: int | None = None) -> list[AuditRecord]:

@@ -169,7 +169,7 @@ def executemany(conn: Connection, statement: ClauseElement, params: Sequence[Map
         _run(conn, q, [{c: [row[c] for row in params] for c in columns}], many=False)
         return
     q = _compiled(conn.dialect, statement, tuple(params[0]) if insert else None)
-    _run(conn, q, [q.args(p) for p in params], many=True)
+    _run(conn, q, [q.args(p) for p in params], many=len(params) > 1)  # (psycopg's executemany: a pipeline)
 
 
 # (INSERT statement, columns) -> its unnest form on PostgreSQL (``executemany``)
