@@ -17,7 +17,8 @@ def make_engine(url: str) -> Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_use_lifo=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_use_lifo=True,
+                               pool_size=SQLITE_POOL_SIZE, max_overflow=SQLITE_MAX_OVERFLOW)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -51,6 +52,10 @@ def reads(engine: Engine) -> Engine:
 # default 5 (+10 overflow) connections, checked-in overflow connections were closed and reopened (a backend
 # started per connect) under 50 API clients.
 PG_POOL_SIZE, PG_MAX_OVERFLOW = 16, 8
+# On SQLite a connection is a file handle and a page cache, cheap to keep; a server answers reads on its event loop
+# (``ApiContext.inline_reads``), which must never wait for a connection: room for every thread that may hold one at
+# once (the API's 40 worker threads, 8 boot workers, the loop, leases, health, audit, the event loop itself).
+SQLITE_POOL_SIZE, SQLITE_MAX_OVERFLOW = 8, 56
 IDLE_PING_SECONDS = 5.0
 
 

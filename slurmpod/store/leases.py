@@ -158,7 +158,14 @@ class LeaseStore:
 
     def of(self, cluster_ids: list[str]) -> dict[str, Lease]:
         """The lease rows of ``cluster_ids`` that exist."""
-        return self._leases(leases.c.cluster_id.in_(cluster_ids)) if cluster_ids else {}
+        return self._leases(self._among(leases.c.cluster_id, cluster_ids)) if cluster_ids else {}
+
+    def _among(self, column: Any, ids: list[str]) -> Any:
+        """``column IN ids``; on PostgreSQL ``column = ANY(<one array>)``: the same statement for any number of ids
+        (an IN list of 500 was rendered, and parsed by psycopg, anew at each call)."""
+        if self._postgres:
+            return column == func.any(literal(list(ids), ARRAY(String)))
+        return column.in_(ids)
 
     def _leases(self, where: Any) -> dict[str, Lease]:
         q = select(leases) if where is None else select(leases).where(where)
@@ -186,7 +193,7 @@ class LeaseStore:
         with self._begin() as conn:
             rows = conn.execute(
                 update(leases)
-                .where(and_(leases.c.cluster_id.in_(ids),
+                .where(and_(self._among(leases.c.cluster_id, ids),
                             or_(leases.c.expires <= now, leases.c.released.is_(True)),
                             or_(leases.c.machine.is_(None), leases.c.machine == machine)))
                 .values(owner=owner, expires=until, released=False, epoch=leases.c.epoch + 1)
@@ -194,7 +201,8 @@ class LeaseStore:
             got = {r[0]: int(r[1]) for r in rows}
             rest = [c for c in ids if c not in got]
             if rest:
-                have = set(conn.execute(select(leases.c.cluster_id).where(leases.c.cluster_id.in_(rest))).scalars())
+                have = set(conn.execute(select(leases.c.cluster_id)
+                                        .where(self._among(leases.c.cluster_id, rest))).scalars())
                 by_home: dict[str | None, list[str]] = {}
                 for c in rest:
                     if c not in have:
@@ -209,8 +217,8 @@ class LeaseStore:
 
         dialect_insert = postgresql.insert if self._postgres else sqlite.insert
         source = select(clusters.c.cluster_id, literal(owner, String), literal(until, Float), false(),
-                        literal(1, Integer), literal(home, String)).where(clusters.c.cluster_id.in_(cluster_ids)
-                                                                   ).order_by(clusters.c.cluster_id)
+                        literal(1, Integer), literal(home, String)
+                        ).where(self._among(clusters.c.cluster_id, cluster_ids)).order_by(clusters.c.cluster_id)
         return (dialect_insert(leases)
                 .from_select(["cluster_id", "owner", "expires", "released", "epoch", "machine"], source)
                 .on_conflict_do_nothing(index_elements=["cluster_id"]).returning(leases.c.cluster_id))
