@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from slurmpod.api import operations
 from slurmpod.api import translate as tr
@@ -16,6 +16,7 @@ from slurmpod.domain.views import current_count, group_status
 from slurmpod.errors import ValidationException, validation_message
 from slurmpod.service.clusters import Caller, ClusterService, ImageCatalog
 
+T = TypeVar("T")
 Params = Mapping[str, Any]
 Handler = Callable[[ClusterService, Caller, Params], dict[str, Any]]
 
@@ -120,11 +121,11 @@ def list_clusters(svc: ClusterService, caller: Caller, p: Params) -> dict[str, A
             after=_token_key(token, filters, _CLUSTER_KEY[by_name]) if token else None, limit=limit + 1,
             created_after=epoch(after) if after is not None else None,
             created_before=epoch(before) if before is not None else None)
-        out: dict[str, Any] = {"ClusterSummaries": [tr.cluster_summary(c) for c in rows[:limit]]}
-        if len(rows) > limit:
-            last = rows[limit - 1]
-            out["NextToken"] = encode_token((last.name, last.cluster_id) if by_name
-                                            else (last.creation_time, last.cluster_id), filters)
+        summaries, next_token = _cut(rows, limit, filters, (lambda c: (c.name, c.cluster_id)) if by_name
+                                     else (lambda c: (c.creation_time, c.cluster_id)))
+        out: dict[str, Any] = {"ClusterSummaries": [tr.cluster_summary(c) for c in summaries]}
+        if next_token:
+            out["NextToken"] = next_token
         return out
     items = svc.cluster_summaries(caller)
     if after is not None:
@@ -161,6 +162,14 @@ def _token_key(token: str, filters: Mapping[str, Any], kinds: tuple[tuple[type, 
     return key
 
 
+def _cut(rows: list[T], limit: int, filters: Mapping[str, Any], key: Callable[[T], tuple[Any, ...]]
+         ) -> tuple[list[T], str | None]:
+    """A keyset page read with ``limit + 1`` rows: its first ``limit`` and, when there were more, the NextToken of
+    the last one's sort ``key``."""
+    page = rows[:limit]
+    return page, encode_token(key(page[-1]), filters) if len(rows) > limit else None
+
+
 def _list_cluster_nodes_sql(svc: ClusterService, rec: ClusterRecord, p: Params,
                             filters: Mapping[str, Any]) -> tuple[list[NodeRecord], str | None]:
     """One page straight from the store (keyset in SQL): a page costs the same at 100 or 10,000 nodes."""
@@ -174,12 +183,8 @@ def _list_cluster_nodes_sql(svc: ClusterService, rec: ClusterRecord, p: Params,
         launched_after=epoch(after) if after is not None else None,
         launched_before=epoch(before) if before is not None else None,
     )
-    page = rows[:limit]
-    if len(rows) <= limit:
-        return page, None
-    last = page[-1]
-    key = (last.group, last.instance_id) if by_name else (last.launch_time, last.seq, last.instance_id)
-    return page, encode_token(key, filters)
+    return _cut(rows, limit, filters, (lambda n: (n.group, n.instance_id)) if by_name
+                else (lambda n: (n.launch_time, n.seq, n.instance_id)))
 
 
 def list_cluster_nodes(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:

@@ -182,11 +182,16 @@ def _unnest_insert(dialect: Dialect, statement: ClauseElement, columns: tuple[st
     if q is None:
         table = statement.table  # type: ignore[attr-defined]
         quote = dialect.identifier_preparer.quote
-        arrays = ", ".join(f"CAST(%({c})s AS {table.c[c].type.compile(dialect=dialect)}[])" for c in columns)
+        arrays = _arrays(dialect, {c: table.c[c] for c in columns})
         q = _UNNEST[key] = Compiled.of_text(
             f"INSERT INTO {dialect.identifier_preparer.format_table(table)} ({', '.join(quote(c) for c in columns)}) "
             f"SELECT * FROM unnest({arrays})")
     return q
+
+
+def _arrays(dialect: Dialect, params: Mapping[str, Any]) -> str:
+    """``unnest``'s arguments: each parameter (a list) cast to an array of its column's type."""
+    return ", ".join(f"CAST(%({p})s AS {column.type.compile(dialect=dialect)}[])" for p, column in params.items())
 
 
 def update_rows(conn: Connection, table: Any, key: str, version: str, rows: Sequence[Mapping[str, Any]]
@@ -201,13 +206,10 @@ def update_rows(conn: Connection, table: Any, key: str, version: str, rows: Sequ
         dialect = conn.dialect
         quote = dialect.identifier_preparer.quote
         name = dialect.identifier_preparer.format_table(table)
-        kinds = {c: table.c[c].type.compile(dialect=dialect) for c in columns}
-        kinds["k_key"] = table.c[key].type.compile(dialect=dialect)
-        kinds["k_version"] = table.c[version].type.compile(dialect=dialect)
-        arrays = ", ".join(f"CAST(%({c})s AS {kind}[])" for c, kind in kinds.items())
+        params = {**{c: table.c[c] for c in columns}, "k_key": table.c[key], "k_version": table.c[version]}
         q = _UNNEST[cache_key] = Compiled.of_text(
             f"UPDATE {name} SET {', '.join(f'{quote(c)} = v.{quote(c)}' for c in columns)} "
-            f"FROM unnest({arrays}) AS v({', '.join(quote(c) for c in kinds)}) "
+            f"FROM unnest({_arrays(dialect, params)}) AS v({', '.join(quote(c) for c in params)}) "
             f"WHERE {name}.{quote(key)} = v.k_key AND {name}.{quote(version)} = v.k_version "
             f"RETURNING {name}.{quote(key)}")
     res = _run(conn, q, [{c: [row[c] for row in rows] for c in (*columns, "k_key", "k_version")}], many=False)

@@ -86,14 +86,6 @@ class Replica:
     expires: float
 
 
-# renewal on PostgreSQL (a server renews its ~500 leases every few seconds: an IN list of 500 was compiled, and
-# converted by psycopg, anew each time)
-_RENEW_ANY = (update(leases)
-              .where(and_(leases.c.owner == bindparam("k_owner"), leases.c.released.is_(False),
-                          leases.c.cluster_id == func.any(bindparam("k_ids", type_=ARRAY(String)))))
-              .values(expires=bindparam("k_until")).returning(leases.c.cluster_id, leases.c.epoch))
-
-
 class LeaseStore:
     def __init__(self, engine: Engine, begin: Begin) -> None:
         self.engine = engine
@@ -228,12 +220,9 @@ class LeaseStore:
         if not held:
             return {}
         with self._begin() as conn:
-            if self._postgres:  # one array parameter: the same short statement for any number of leases
-                rows: Any = execute(conn, _RENEW_ANY, {"k_owner": owner, "k_until": until, "k_ids": list(held)}).rows
-            else:
-                rows = conn.execute(update(leases).where(and_(leases.c.owner == owner, leases.c.released.is_(False),
-                                                              leases.c.cluster_id.in_(list(held))))
-                                    .values(expires=until).returning(leases.c.cluster_id, leases.c.epoch))
+            rows = conn.execute(update(leases).where(and_(leases.c.owner == owner, leases.c.released.is_(False),
+                                                          self._among(leases.c.cluster_id, list(held))))
+                                .values(expires=until).returning(leases.c.cluster_id, leases.c.epoch))
             return {r[0]: int(r[1]) for r in rows if held.get(r[0]) == int(r[1])}
 
     def release_stale(self, owner: str) -> int:

@@ -73,21 +73,35 @@ _UPDATE_NODE = (
 )
 
 
+def _keyset_page(query: Any, keys: Sequence[Any], conds: list[Any], *, descending: bool, keyed: bool) -> Any:
+    """``query`` restricted by ``conds`` and, when ``keyed``, to rows strictly past the key ``k_key0..`` in the
+    order of ``keys``; sorted by ``keys``, at most ``k_limit`` rows (the bind parameters ``keyset_params`` fills)."""
+    if keyed:
+        bound = tuple_(*(bindparam(f"k_key{i}") for i in range(len(keys))))
+        conds = [*conds, tuple_(*keys) < bound if descending else tuple_(*keys) > bound]
+    return (query.where(and_(*conds))
+            .order_by(*(k.desc() if descending else k.asc() for k in keys)).limit(bindparam("k_limit")))
+
+
+def _keyset_params(params: dict[str, Any], after: Sequence[Any] | None) -> dict[str, Any]:
+    for i, v in enumerate(after or ()):
+        params[f"k_key{i}"] = v
+    return params
+
+
+def _window(column: Any, after: bool, before: bool) -> list[Any]:
+    """``column`` strictly after ``k_after`` / before ``k_before`` (the time filters of both listings)."""
+    return [*([column > bindparam("k_after")] if after else []), *([column < bindparam("k_before")] if before else [])]
+
+
 @functools.cache
 def _page_statement(by_name: bool, descending: bool, keyed: bool, launched_after: bool, launched_before: bool) -> Any:
     """``page_nodes``' query for one combination of its options, built once (bind parameters ``k_…``)."""
     c = nodes.c
     keys = (c.group_name, c.instance_id) if by_name else (c.launch_time, c.seq, c.instance_id)
-    conds = [c.cluster_id == bindparam("k_cid"), c.status != bindparam("k_status")]
-    if launched_after:
-        conds.append(c.launch_time > bindparam("k_after"))
-    if launched_before:
-        conds.append(c.launch_time < bindparam("k_before"))
-    if keyed:
-        bound = tuple_(*(bindparam(f"k_key{i}") for i in range(len(keys))))
-        conds.append(tuple_(*keys) < bound if descending else tuple_(*keys) > bound)
-    return (select(nodes).where(and_(*conds))
-            .order_by(*(k.desc() if descending else k.asc() for k in keys)).limit(bindparam("k_limit")))
+    conds = [c.cluster_id == bindparam("k_cid"), c.status != bindparam("k_status"),
+             *_window(c.launch_time, launched_after, launched_before)]
+    return _keyset_page(select(nodes), keys, conds, descending=descending, keyed=keyed)
 
 
 @functools.cache
@@ -98,16 +112,10 @@ def _summary_page_statement(by_name: bool, descending: bool, keyed: bool, create
     c = clusters.c
     name = c.name.collate("C") if postgresql else c.name
     keys = (name, c.cluster_id) if by_name else (c.creation_time, c.cluster_id)
-    conds = [c.account_id == bindparam("k_acct"), c.region == bindparam("k_region")]
-    if created_after:
-        conds.append(c.creation_time > bindparam("k_after"))
-    if created_before:
-        conds.append(c.creation_time < bindparam("k_before"))
-    if keyed:
-        bound = tuple_(*(bindparam(f"k_key{i}") for i in range(len(keys))))
-        conds.append(tuple_(*keys) < bound if descending else tuple_(*keys) > bound)
-    return (select(c.cluster_id, c.name, c.arn, c.status, c.creation_time).where(and_(*conds))
-            .order_by(*(k.desc() if descending else k.asc() for k in keys)).limit(bindparam("k_limit")))
+    conds = [c.account_id == bindparam("k_acct"), c.region == bindparam("k_region"),
+             *_window(c.creation_time, created_after, created_before)]
+    return _keyset_page(select(c.cluster_id, c.name, c.arn, c.status, c.creation_time), keys, conds,
+                        descending=descending, keyed=keyed)
 
 
 _CLUSTER_STATUS = {s.value: s for s in ClusterStatus}  # (the Enum's own lookup by value costs ~1 us a row)
@@ -288,10 +296,8 @@ class SqlStore:
         and sorted every cluster of the account for each page: 10 pages of 100 read 10,000 rows.)"""
         q = _summary_page_statement(by_name, descending, after is not None, created_after is not None,
                                     created_before is not None, self.engine.dialect.name == "postgresql")
-        params: dict[str, Any] = {"k_acct": account_id, "k_region": region, "k_limit": limit,
-                                  "k_after": created_after, "k_before": created_before}
-        for i, v in enumerate(after or ()):
-            params[f"k_key{i}"] = v
+        params = _keyset_params({"k_acct": account_id, "k_region": region, "k_limit": limit,
+                                 "k_after": created_after, "k_before": created_before}, after)
         return [_summary(r) for r in self._raw.rows(q, params)]
 
     def cluster_ids(self) -> list[str]:
@@ -384,10 +390,8 @@ class SqlStore:
         (ListClusterNodes read and sorted all 10,000 nodes for every page of 100: 12 s for a full listing.)"""
         q = _page_statement(by_name, descending, after is not None, launched_after is not None,
                             launched_before is not None)
-        params: dict[str, Any] = {"k_cid": cluster_id, "k_status": exclude_status, "k_limit": limit,
-                                  "k_after": launched_after, "k_before": launched_before}
-        for i, v in enumerate(after or ()):
-            params[f"k_key{i}"] = v
+        params = _keyset_params({"k_cid": cluster_id, "k_status": exclude_status, "k_limit": limit,
+                                 "k_after": launched_after, "k_before": launched_before}, after)
         return [node_from_row(r) for r in self._raw.rows(q, params)]
 
     def node_tally(self, cluster_id: str, exclude_status: str = InstanceStatus.NOT_FOUND.value) -> list[NodeRecord]:
