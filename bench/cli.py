@@ -82,6 +82,10 @@ def render_table(scenario: dict[str, Any]) -> str:
             r_text = f"{r['value']:7.2f}" if r else f"{'':7}"
             lines.append(f"{label:<32} {_span(acct[key]):>20} {fl_span:>20} {r_text}  "
                          f"{_met(acct[key]['median'])}{'; ' + _met(r) if r and 'target' in r else ''}")
+    on_off = ratio.get("accounting_on_off")
+    if on_off:
+        lines.append(f"{'InService accounting on / off':<32} {_span(acct['in_service']):>20} "
+                     f"{_span(sp['in_service']):>20} {on_off['value']:7.2f}  {_met(on_off)}")
     lines.append("slurmpod server-log milestones (median s after CreateCluster): " + ", ".join(
         f"{k} {v:.2f}" for k, v in sp["server_log_milestones_median"].items()))
     lines.append("floor phases (median s after t0): " + ", ".join(

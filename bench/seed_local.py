@@ -30,6 +30,7 @@ TARGET_IN_SERVICE = 3.0
 TARGET_JOB_DONE = 8.0
 TARGET_RATIO_IN_SERVICE = 3.0  # issue 8, equal work without accounting
 TARGET_RATIO_DEFAULT = 2.0  # issue 14: the default configuration vs the same systemd nodes started by a script
+TARGET_RATIO_ACCOUNTING = 1.5  # issue 21: InService with accounting (the default) vs `--accounting none`
 
 Progress = Callable[[str], None]
 
@@ -146,6 +147,10 @@ def result_doc(api_runs: list[ApiRun], floor_runs: list[FloorRun],
             "delete_to_gone": summary([a.delete for a in acct_runs]),
             "server_log_milestones_median": median_of_dicts([a.milestones for a in acct_runs]),
         }
+        # what accounting costs slurmpod: the default configuration against `--accounting none`, same run
+        ratios["accounting_on_off"] = figure(
+            statistics.median(a.in_service for a in acct_runs) / statistics.median(sp_in), "ratio",
+            TARGET_RATIO_ACCOUNTING)
     if floor_acct_runs:
         fa_idle = [f.all_idle for f in floor_acct_runs]
         doc["floor_with_accounting"] = {

@@ -279,17 +279,19 @@ class AccountingService:
             return []
         if external is None and not (Path(image.root) / acct.MARIADB_TEMPLATE.lstrip("/") / "mysql").is_dir():
             return [control.munge_key_file(munge_key)]
-        conf, password = self._dbd_conf(cluster_id, external)
+        conf, password = self._dbd_conf(cluster_id, external, image)
         return acct.boot_files(munge_key, conf, password=password)
 
-    def _dbd_conf(self, cluster_id: str, external: ExternalDatabase | None) -> tuple[str, str | None]:
+    def _dbd_conf(self, cluster_id: str, external: ExternalDatabase | None,
+                  image: Image) -> tuple[str, str | None]:
         """slurmdbd.conf, and the local database's password (None with an external database)."""
+        pid_file = _pid_file(image)
         if external is None:
             password = self.password(cluster_id)
-            return acct.render_slurmdbd_conf(acct.DBD_HOST, password), password
+            return acct.render_slurmdbd_conf(acct.DBD_HOST, password, pid_file=pid_file), password
         return acct.render_slurmdbd_conf(acct.DBD_HOST, external.password, storage_host=external.host,
                                          storage_port=external.port, storage_user=external.user,
-                                         storage_loc=external.name), None
+                                         storage_loc=external.name, pid_file=pid_file), None
 
     def _ensure(self, cluster_id: str, cluster_name: str, munge_key: bytes,
                 external: ExternalDatabase | None, image: Image) -> AccountingConfig:
@@ -314,7 +316,7 @@ class AccountingService:
             self._launched.notify_all()
         r = self.provider.runner(cluster_id, inst.instance_id)
         systemd = _systemd(image)
-        conf, password = self._dbd_conf(cluster_id, external)
+        conf, password = self._dbd_conf(cluster_id, external, image)
         if any(f.path == acct.INIT_SQL for f in request.files) and self._booted_ready(r, conf):
             log.info("cluster %s: accounting host up in %.2fs (its boot started munge, MariaDB and slurmdbd)",
                      cluster_name, time.monotonic() - t0)
@@ -440,6 +442,22 @@ class AccountingService:
 def _systemd(image: Image) -> bool:
     """An image root filesystem boots systemd (the daemons are units); the legacy host-root image does not."""
     return image.kind == "rootfs"
+
+
+def _pid_file(image: Image) -> str:
+    """slurmdbd's PidFile: in its RuntimeDirectory when the image's unit has one (Debian 13 on: the unit runs it as
+    the slurm user, who cannot write ``/run`` itself); else ``/run`` (Debian 12's unit, the legacy image: it starts
+    as root and writes its pid file before it drops to the slurm user)."""
+    if _systemd(image):
+        for unit in ("etc/systemd/system/slurmdbd.service", "usr/lib/systemd/system/slurmdbd.service"):
+            try:
+                text = (Path(image.root) / unit).read_text()
+            except OSError:
+                continue
+            if any(line.strip() == "RuntimeDirectory=slurmdbd" for line in text.splitlines()):
+                return acct.SLURMDBD_RUNTIME_PID_FILE
+            break
+    return acct.SLURMDBD_PID_FILE
 
 
 def _write_dbd_conf(r: CommandRunner, text: str) -> bool:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 
 from slurmpod.providers.base import NodeFile
 from slurmpod.slurm import control
@@ -36,6 +35,7 @@ INIT_MARKER = f"{MYSQL_DATADIR}/.slurmpod-initialized"
 
 SLURMDBD_CONF = "/etc/slurm/slurmdbd.conf"
 SLURMDBD_PID_FILE = "/run/slurmdbd.pid"
+SLURMDBD_RUNTIME_PID_FILE = "/run/slurmdbd/slurmdbd.pid"  # a unit with RuntimeDirectory=slurmdbd (User=slurm)
 SLURMDBD_LOG_FILE = "/var/log/slurm/slurmdbd.log"
 STORAGE_USER = "slurm"
 STORAGE_LOC = "slurm_acct_db"
@@ -45,6 +45,7 @@ DBD_HOST = "localhost"
 #: run by mariadb.service at every start (``init-file``): the slurm user, its password, its grants (0600 mysql)
 INIT_SQL = "/etc/slurmpod/accounting-init.sql"
 _MARIADB_UNIT = "/lib/systemd/system/mariadb.service"
+SEED_UNIT = "slurmpod-seed-datadir.service"
 _SLURMDBD_UNIT = "/etc/systemd/system/slurmdbd.service"
 _WANTS = "/etc/systemd/system/multi-user.target.wants"
 
@@ -162,22 +163,21 @@ def background_argv(log_file: str, argv: list[str]) -> list[str]:
     return ["sh", "-c", 'log=$1; shift; setsid "$@" >>"$log" 2>&1 </dev/null &', "sh", log_file, *argv]
 
 
-def booted_ready_argv(conf_sha256: str, timeout: float, poll: float = 0.05) -> list[str]:
+def booted_ready_argv(conf_sha256: str, timeout: float, poll: float = 0.02) -> list[str]:
     """One in-node command for a systemd host that brought munge, MariaDB (seeded, its slurm user made by
     ``init-file``) and slurmdbd up during its boot (``boot_files``): exit 2 at once when slurmdbd.conf is not the
-    expected text; else waits until MariaDB answers, marks the datadir initialised (``INIT_MARKER``, as the
-    step-by-step path does), waits until munge and slurmdbd are active and slurmdbd accepts on its port: exit 0.
-    Exit 1 after ``timeout`` seconds or as soon as a unit failed. (One command instead of ~10, each of which costs
-    a process tree in the node; the caller falls back to the step-by-step path on any non-zero exit.)"""
-    client = " ".join(shlex.quote(a) for a in client_argv())
+    expected text; else waits until munge, MariaDB and slurmdbd are active and slurmdbd accepts on its port (it
+    listens only once connected to its database, so MariaDB answers too), then marks the datadir initialised
+    (``INIT_MARKER``, as the step-by-step path does): exit 0. Exit 1 after ``timeout`` seconds or as soon as a unit
+    failed. (One command instead of ~10, each of which costs a process tree in the node; the caller falls back to
+    the step-by-step path on any non-zero exit.)"""
     failed = "systemctl is-failed --quiet mariadb slurmdbd munge && exit 1"
     late = f"[ $SECONDS -lt {int(timeout) + 1} ] || exit 1"
     script = (
         f'echo "{conf_sha256}  {SLURMDBD_CONF}" | sha256sum -c --status 2>/dev/null || exit 2; '
-        f'until echo "SELECT 1;" | {client} >/dev/null 2>&1; do {failed}; {late}; sleep {poll}; done; '
-        f'touch {INIT_MARKER} || exit 1; '
-        f'until systemctl is-active --quiet munge slurmdbd && (exec 3<>/dev/tcp/127.0.0.1/{int(SLURMDBD_PORT)}) '
-        f'2>/dev/null; do {failed}; {late}; sleep {poll}; done')
+        f'until systemctl is-active --quiet munge mariadb slurmdbd && '
+        f'(exec 3<>/dev/tcp/127.0.0.1/{int(SLURMDBD_PORT)}) 2>/dev/null; do {failed}; {late}; sleep {poll}; done; '
+        f'touch {INIT_MARKER}')
     return ["bash", "-c", script]
 
 
@@ -195,6 +195,16 @@ def seed_datadir_script() -> str:
             f"cp -a --sparse=always {MARIADB_TEMPLATE}/. {MYSQL_DATADIR}/; }}; }}")
 
 
+def _seed_unit() -> str:
+    """``SEED_UNIT``: ``seed_datadir_script`` as a oneshot with no default dependencies, so it runs as the boot starts,
+    alongside journald and tmpfiles, instead of on MariaDB's critical path after basic.target (the volume is
+    mounted before the node's systemd starts)."""
+    return ("# slurmpod: an empty accounting database volume becomes a copy of the image's template datadir\n"
+            f"[Unit]\nDescription=slurmpod: seed the accounting database\nDefaultDependencies=no\n"
+            f"RequiresMountsFor={MYSQL_DATADIR}\nBefore=mariadb.service\n"
+            f"[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sh -c '{seed_datadir_script()}'\n")
+
+
 def boot_files(munge_key: bytes, dbd_conf: str, *, password: str | None) -> list[NodeFile]:
     """A systemd accounting host's files before its first boot, so munge, MariaDB (seeded from the image's
     template, the slurm user made by ``init-file``) and slurmdbd start during the boot itself. ``password=None``:
@@ -204,9 +214,13 @@ def boot_files(munge_key: bytes, dbd_conf: str, *, password: str | None) -> list
              NodeFile(f"{_WANTS}/slurmdbd.service", link=_SLURMDBD_UNIT)]
     if password is not None:
         files += [
+            NodeFile(f"/etc/systemd/system/{SEED_UNIT}", _seed_unit().encode(), 0o644),
             NodeFile("/etc/systemd/system/mariadb.service.d/50-slurmpod-accounting.conf",
-                     ("# slurmpod: the accounting host's datadir, seeded from the image before the first start\n"
-                      f"[Service]\nExecStartPre=+/bin/sh -c '{seed_datadir_script()}'\n").encode(), 0o644),
+                     ("# slurmpod: the accounting host's datadir is seeded from the image before the first start\n"
+                      "# (a unit of its own, run at the very start of the boot); mariadbd started directly:\n"
+                      "# Debian's ExecStart first asks galera_recovery for a Galera position, and there is none\n"
+                      f"[Unit]\nRequires={SEED_UNIT}\nAfter={SEED_UNIT}\n"
+                      "[Service]\nExecStart=\nExecStart=/usr/sbin/mariadbd\n").encode(), 0o644),
             NodeFile("/etc/mysql/mariadb.conf.d/70-slurmpod-accounting.cnf",
                      f"# slurmpod: the slurm user of slurmdbd\n[mysqld]\ninit-file={INIT_SQL}\n".encode(), 0o644),
             NodeFile(INIT_SQL, slurm_user_sql(password), 0o600, "mysql"),

@@ -230,6 +230,12 @@ def test_dead_accounting_host_is_restarted(acct_server: ServerProcess) -> None:
     log = subprocess.run(["nsenter", "-t", str(meta["holder_pid"]), "-a", "--", "cat", "/var/log/slurm/slurmdbd.log"],
                          capture_output=True, text=True, timeout=30).stdout
     assert log.count("slurmdbd version") == 1 and "fatal" not in log, log
+    # it could write its pid file (Debian 13 on: in the unit's RuntimeDirectory, as the slurm user cannot write /run)
+    assert "Unable to open pidfile" not in log, log
+    pid = subprocess.run(["nsenter", "-t", str(meta["holder_pid"]), "-a", "--", "bash", "-c",
+                          'cat "$(sed -n "s/^PidFile=//p" /etc/slurm/slurmdbd.conf)"'],
+                         capture_output=True, text=True, timeout=30).stdout.strip()
+    assert pid.isdigit(), pid
     os.kill(meta["holder_pid"], signal.SIGKILL)
     r = in_node(state, "acct", None, "bash", "-c", "cd /home && sbatch --parsable --wrap=true")
     assert r.returncode == 0, r.stderr  # slurmctld queues accounting records while slurmdbd is away

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from slurmpod.slurm import accounting as acct
 
 
@@ -23,7 +25,13 @@ def test_local_database_host_starts_everything_at_boot() -> None:
     cnf = files["/etc/mysql/mariadb.conf.d/70-slurmpod-accounting.cnf"].content
     assert f"init-file={acct.INIT_SQL}".encode() in cnf
     dropin = files["/etc/systemd/system/mariadb.service.d/50-slurmpod-accounting.conf"].content.decode()
-    assert "ExecStartPre=+/bin/sh -c '" in dropin and "$" not in dropin and "%" not in dropin  # no unit expansions
+    assert f"Requires={acct.SEED_UNIT}\nAfter={acct.SEED_UNIT}\n" in dropin
+    assert "ExecStart=\nExecStart=/usr/sbin/mariadbd\n" in dropin  # no galera_recovery first
+    seed = files[f"/etc/systemd/system/{acct.SEED_UNIT}"].content.decode()
+    assert "DefaultDependencies=no\n" in seed and f"RequiresMountsFor={acct.MYSQL_DATADIR}\n" in seed
+    assert f"ExecStart=/bin/sh -c '{acct.seed_datadir_script()}'\n" in seed
+    for unit in (dropin, seed):
+        assert "$" not in unit and "%" not in unit  # no unit expansions
     wants = "/etc/systemd/system/multi-user.target.wants"
     assert files[f"{wants}/mariadb.service"].link == "/lib/systemd/system/mariadb.service"
     assert files["/etc/systemd/system/multi-user.target.wants/slurmdbd.service"].link == \
@@ -42,3 +50,27 @@ def test_seed_script_leaves_an_initialised_datadir_alone() -> None:
     assert f"test -e {acct.INIT_MARKER} ||" in script  # the marker short-circuits the wipe
     assert f"! test -d {acct.MARIADB_TEMPLATE}/mysql ||" in script  # no template: nothing is removed
     assert "'" not in script  # it is embedded in single quotes in the unit
+
+
+def test_slurmdbd_pid_file_follows_the_images_unit(tmp_path: Path) -> None:
+    """Debian 13 on: the unit runs slurmdbd as the slurm user with RuntimeDirectory=slurmdbd, so its pid file goes
+    there (in /run it logs "Unable to open pidfile"); Debian 12's unit starts it as root, and so does the legacy
+    image: /run."""
+    from slurmpod.lifecycle.images import BUILTIN, Image
+    from slurmpod.reconciler.accounting import _pid_file
+
+    def image(unit: str | None) -> Image:
+        root = tmp_path / str(len(list(tmp_path.iterdir())))
+        (root / "etc/systemd/system").mkdir(parents=True)
+        if unit is not None:
+            (root / "etc/systemd/system/slurmdbd.service").write_text(unit)
+        return Image("ami-0123456789abcdef0", "1", str(root), "test", kind="rootfs")
+
+    trixie = "[Service]\nType=simple\nUser=slurm\nRuntimeDirectory=slurmdbd\nRuntimeDirectoryMode=0755\n"
+    bookworm = "[Service]\nType=simple\nPIDFile=/run/slurmdbd.pid\n"
+    assert _pid_file(image(trixie)) == acct.SLURMDBD_RUNTIME_PID_FILE == "/run/slurmdbd/slurmdbd.pid"
+    assert _pid_file(image(bookworm)) == acct.SLURMDBD_PID_FILE == "/run/slurmdbd.pid"
+    assert _pid_file(image(None)) == acct.SLURMDBD_PID_FILE
+    assert _pid_file(BUILTIN) == acct.SLURMDBD_PID_FILE
+    conf = acct.render_slurmdbd_conf(acct.DBD_HOST, "pw", pid_file=_pid_file(image(trixie)))
+    assert "PidFile=/run/slurmdbd/slurmdbd.pid\n" in conf
