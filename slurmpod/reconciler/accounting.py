@@ -47,7 +47,7 @@ from slurmpod.providers.base import (
 from slurmpod.providers.nodefiles import write_files
 from slurmpod.slurm import accounting as acct
 from slurmpod.slurm import control, units
-from slurmpod.slurm.conf import SLURMDBD_PORT, AccountingConfig
+from slurmpod.slurm.conf import SLURMDBD_PORT, AccountingConfig, slurm_cluster_name
 
 log = logging.getLogger("slurmpod.accounting")
 
@@ -317,7 +317,7 @@ class AccountingService:
         r = self.provider.runner(cluster_id, inst.instance_id)
         systemd = _systemd(image)
         conf, password = self._dbd_conf(cluster_id, external, image)
-        if any(f.path == acct.INIT_SQL for f in request.files) and self._booted_ready(r, conf):
+        if any(f.path == acct.INIT_SQL for f in request.files) and self._booted_ready(r, conf, cluster_name):
             log.info("cluster %s: accounting host up in %.2fs (its boot started munge, MariaDB and slurmdbd)",
                      cluster_name, time.monotonic() - t0)
             return AccountingConfig(host_ip=inst.ip, port=SLURMDBD_PORT)
@@ -337,11 +337,13 @@ class AccountingService:
                  cluster_name, time.monotonic() - t0, t1 - t0, t2 - t1, time.monotonic() - t2)
         return AccountingConfig(host_ip=inst.ip, port=SLURMDBD_PORT)
 
-    def _booted_ready(self, r: CommandRunner, conf: str) -> bool:
+    def _booted_ready(self, r: CommandRunner, conf: str, cluster_name: str) -> bool:
         """A host whose boot files brought its daemons up: ready once one in-node wait says so (at most
-        ``BOOTED_WAIT`` s); False sends ``_ensure`` down the step-by-step path, which repairs and reports."""
+        ``BOOTED_WAIT`` s; it adds the cluster to the database too); False sends ``_ensure`` down the step-by-step
+        path, which repairs and reports."""
         wait = min(self.ready_timeout, BOOTED_WAIT)
-        argv = acct.booted_ready_argv(hashlib.sha256(conf.encode()).hexdigest(), wait)
+        argv = acct.booted_ready_argv(hashlib.sha256(conf.encode()).hexdigest(), wait,
+                                      slurm_cluster_name(cluster_name))
         try:
             return _run(r, argv, timeout=wait + 10).returncode == 0
         except ProviderError:

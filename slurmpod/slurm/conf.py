@@ -102,6 +102,13 @@ def nodeset_name(group: str) -> str:
     return "ns_" + re.sub(r"[^A-Za-z0-9_]", "_", group)
 
 
+def slurm_cluster_name(name: str) -> str:
+    """slurm.conf's ClusterName (and the accounting database's cluster) of a cluster: Slurm takes it lowercase."""
+    cluster = name.lower()
+    _check_name("cluster name", cluster)
+    return cluster
+
+
 def _check_name(kind: str, value: str) -> None:
     if not _NAME_OK.match(value):
         raise ValueError(f"invalid {kind} for slurm.conf: {value!r}")
@@ -122,8 +129,7 @@ def render_slurm_conf(topology: SlurmTopology) -> str:
     t = topology
     if not t.controllers:
         raise ValueError("a Slurm cluster needs at least one controller")
-    cluster = t.cluster_name.lower()
-    _check_name("cluster name", cluster)
+    cluster = slurm_cluster_name(t.cluster_name)
     groups = sorted(set(t.compute_groups), key=lambda gp: (gp[0], gp[1] or ""))
     for group, partition in groups:
         _check_name("instance group name", group)

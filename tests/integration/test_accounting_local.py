@@ -116,8 +116,12 @@ def test_sacct_lists_finished_job(acct_server: ServerProcess) -> None:
     job = r.stdout.strip().split(";")[0]
     row = _wait_sacct(state, "acct", job)
     print("sacct:", row)
-    r = in_node(state, "acct", None, "sacctmgr", "-n", "-P", "show", "cluster", "format=cluster")
-    assert "acct" in r.stdout
+    # the accounting host added the cluster before slurmctld's first start, and that start's registration still
+    # recorded where slurmctld listens (slurmdbd sends it association changes there)
+    r = in_node(state, "acct", None, "sacctmgr", "-n", "-P", "show", "cluster",
+                "format=cluster,controlhost,controlport")
+    ctl_ip = next(line.split("(", 1)[1].rstrip(")") for line in conf.splitlines() if line.startswith("SlurmctldHost="))
+    assert f"acct|{ctl_ip}|6817" in r.stdout.splitlines(), r.stdout
 
     # the password is in a 0600 file only: not in any process list, not in the server log
     pw_file = state / "clusters" / cid / "accounting-db.pass"

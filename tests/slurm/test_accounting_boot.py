@@ -74,3 +74,16 @@ def test_slurmdbd_pid_file_follows_the_images_unit(tmp_path: Path) -> None:
     assert _pid_file(BUILTIN) == acct.SLURMDBD_PID_FILE
     conf = acct.render_slurmdbd_conf(acct.DBD_HOST, "pw", pid_file=_pid_file(image(trixie)))
     assert "PidFile=/run/slurmdbd/slurmdbd.pid\n" in conf
+
+
+def test_ready_check_adds_the_cluster_before_slurmctld_starts() -> None:
+    """The booted host's one ready command ends by adding slurm.conf's ClusterName through the local slurmdbd (so
+    slurmctld's first start finds its tables); that step never fails the check."""
+    script = acct.booted_ready_argv("ab" * 32, 30, "my-cluster")[2]
+    ready, _, add = script.partition(f"touch {acct.INIT_MARKER} || exit 1; ")
+    assert "(exec 3<>/dev/tcp/127.0.0.1/6819)" in ready and "SELECT" not in ready
+    assert add == acct.add_cluster_script("my-cluster")
+    assert f"SLURM_CONF={acct.SACCTMGR_CONF} timeout 20 sacctmgr -i add cluster my-cluster >/dev/null 2>&1; exit 0" \
+        in add
+    assert "ClusterName=my-cluster\\nSlurmctldHost=localhost\\n" in add
+    assert "AccountingStorageType=accounting_storage/slurmdbd\\nAccountingStorageHost=localhost\\n" in add
