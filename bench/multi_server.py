@@ -133,8 +133,12 @@ def _server_view(hist: dict[float, float]) -> dict[str, Any]:
     if not count:
         return {}
     p99_bound = next(b for b in sorted(hist) if hist[b] >= 0.99 * count)
+    p50_bound = next(b for b in sorted(hist) if hist[b] >= 0.5 * count)
     return {"server_calls": int(count), "server_share_within_100ms": round(hist.get(0.1, 0.0) / count, 4),
-            "server_p99_bucket_ms": p99_bound * 1000}
+            # where the server's own tail is (the client's adds boto3 and the wait for a core in its process)
+            "server_share_within_ms": {str(int(b * 1000)): round(hist.get(b, 0.0) / count, 4)
+                                       for b in (0.005, 0.01, 0.025, 0.05)},
+            "server_p50_bucket_ms": p50_bound * 1000, "server_p99_bucket_ms": p99_bound * 1000}
 
 
 def _wait_in_service(watcher: Any, clusters: int, t0: float) -> int:

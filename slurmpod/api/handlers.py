@@ -92,10 +92,9 @@ def update_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, 
 
 
 def describe_cluster(svc: ClusterService, caller: Caller, p: Params) -> dict[str, Any]:
-    rec = svc.resolve(caller, p["ClusterName"])
-    nodes = svc.store.node_tally(rec.cluster_id)  # group/status/image per node only: one GROUP BY, not every row
+    # the record, group/status/image per node (one GROUP BY, not every row) and the image catalogue, read together
+    rec, nodes, images = svc.describe_view(caller, p["ClusterName"])
     legacy = rec.spec.topology_source != "api"  # roles derived from provisioning_parameters.json: not shown
-    images = svc.image_catalog()
     groups = [
         tr.group_details(rec, replace(g, slurm_config=None) if legacy else g, group_status(rec, g, nodes),
                          current_count(g.name, nodes), _group_image(images, rec, g.name, nodes))

@@ -29,6 +29,7 @@ CURRENT = "Current"
 SECURITY_UPDATE_REQUIRED = "SecurityUpdateRequired"
 END_OF_LIFE = "EndOfLife"
 _KEY = "images"
+CATALOG_SETTING = _KEY  # the store setting that holds the catalogue
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,11 @@ class ImageCatalog:
     def snapshot(self) -> ImageCatalog:
         """The catalogue as read now, for one request: its lookups read the store no more (a DescribeCluster read
         the catalogue once per instance group, a CreateCluster twice)."""
-        pinned = ImageCatalog(_Pinned(self.store.get_setting(_KEY) or []))
+        return self.pinned(self.store.get_setting(_KEY))
+
+    def pinned(self, raw: Any) -> ImageCatalog:
+        """``snapshot`` of the catalogue setting's value ``raw`` (``CATALOG_SETTING``) as the caller read it."""
+        pinned = ImageCatalog(_Pinned(raw or []))
         pinned._memo = self._memo  # the parse of an unchanged catalogue is reused
         return pinned
 

@@ -33,7 +33,7 @@ from slurmpod.errors import (
     ValidationException,
     validation_message,
 )
-from slurmpod.lifecycle.images import Image, ImageCatalog, ImageError
+from slurmpod.lifecycle.images import CATALOG_SETTING, Image, ImageCatalog, ImageError
 from slurmpod.service import health_checks, slurm_versions
 from slurmpod.service import nodes as node_ops
 from slurmpod.service.nodes import NodeDeleteFailure
@@ -59,6 +59,16 @@ class Caller:
     account_id: str
     region: str
     access_key_id: str = ""
+
+
+def _owned(caller: Caller, parsed: tuple[str, str, str], rec: ClusterRecord | None) -> ClusterRecord | None:
+    """``rec`` (read by the id of the ARN ``parsed``: region, account, id) if the ARN and the caller name its
+    account and region, else None: another account's cluster is "not found"."""
+    region, account, _ = parsed
+    if rec and (rec.account_id != caller.account_id or account != rec.account_id
+                or rec.region != region or rec.region != caller.region):
+        return None
+    return rec
 
 
 class ClusterService:
@@ -90,16 +100,28 @@ class ClusterService:
         parsed = ids.parse_cluster_arn(name_or_arn)
         rec: ClusterRecord | None
         if parsed:
-            region, account, cluster_id = parsed
-            rec = self.store.get_cluster(cluster_id)
-            if rec and (rec.account_id != caller.account_id or account != rec.account_id
-                        or rec.region != region or rec.region != caller.region):
-                rec = None
+            rec = _owned(caller, parsed, self.store.get_cluster(parsed[2]))
         else:
             rec = self.store.find_cluster(caller.account_id, caller.region, name_or_arn)
         if rec is None:
             raise ResourceNotFound(f"Cluster {name_or_arn} not found.")
         return rec
+
+    def describe_view(self, caller: Caller, name_or_arn: str
+                      ) -> tuple[ClusterRecord, list[NodeRecord], ImageCatalog | None]:
+        """``resolve``, the cluster's ``node_tally`` and ``image_catalog``: what DescribeCluster reads, read
+        together (one round trip on PostgreSQL)."""
+        parsed = ids.parse_cluster_arn(name_or_arn)
+        setting = CATALOG_SETTING if self.images is not None else None
+        if parsed:
+            rec, tally, raw = self.store.cluster_view(cluster_id=parsed[2], setting=setting)
+            rec = _owned(caller, parsed, rec)
+        else:
+            rec, tally, raw = self.store.cluster_view(account_id=caller.account_id, region=caller.region,
+                                                      name=name_or_arn, setting=setting)
+        if rec is None:
+            raise ResourceNotFound(f"Cluster {name_or_arn} not found.")
+        return rec, tally, self.images.pinned(raw) if self.images is not None else None
 
     def list_clusters(self, caller: Caller) -> list[ClusterRecord]:
         return self.store.list_clusters(caller.account_id, caller.region)

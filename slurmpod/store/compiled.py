@@ -120,6 +120,39 @@ class RawReads:
         rows = self.rows(statement, params)
         return rows[0] if rows else None
 
+    def batch(self, reads: Sequence[tuple[ClauseElement, Mapping[str, Any]]]) -> list[Sequence[tuple[Any, ...]]]:
+        """The rows of each of ``reads`` (statement, params), on one pooled connection: on PostgreSQL sent as one
+        pipeline (one round trip, and one wait for the server, instead of one per read); on SQLite one after the
+        other (one checkout instead of one per read)."""
+        dialect = self.engine.dialect
+        queries = [(q, q.args(params)) for q, params in ((_compiled(dialect, st, None), p) for st, p in reads)]
+        fairy = self.engine.raw_connection()
+        try:
+            dbapi = fairy.dbapi_connection
+            assert dbapi is not None  # a checked-out connection has one  # noqa: S101
+            if not self._autocommit:
+                return [_on_cursor(dbapi, dialect, q, [args], many=False).rows for q, args in queries]
+            error = dialect.loaded_dbapi.Error
+            q = queries[0][0]
+            try:
+                dbapi.autocommit = True
+                cursors = []
+                with dbapi.pipeline():
+                    for q, args in queries:
+                        cursor = dbapi.cursor()
+                        cursors.append(cursor)
+                        cursor.execute(q.sql, args)
+                rows = [cursor.fetchall() for cursor in cursors]
+                for cursor in cursors:
+                    cursor.close()
+                dbapi.autocommit = False
+                return rows
+            except error as err:
+                fairy.invalidate(err)  # (a PostgreSQL connection left in autocommit is not reused)
+                raise DBAPIError.instance(q.sql, None, err, error, dialect=dialect) from err
+        finally:
+            fairy.close()
+
 
 class Result:
     """What ``execute`` read: the rows (a SELECT's) and the count of rows changed (an UPDATE's or DELETE's)."""

@@ -122,6 +122,12 @@ class NodeRepo(Protocol):
         """Stand-ins with only ``group``, ``status`` and ``image_id`` real (for counts)."""
         ...
 
+    def cluster_view(self, *, cluster_id: str | None = None, account_id: str = "", region: str = "", name: str = "",
+                     setting: str | None = None) -> tuple[ClusterRecord | None, list[NodeRecord], Any]:
+        """The cluster (by id, or by account, region and name), its ``node_tally`` and, with ``setting``, that
+        setting's value: in one round trip where the database allows."""
+        ...
+
     def any_node(self, cluster_id: str, groups: Iterable[str], status: InstanceStatus) -> NodeRecord | None: ...
 
     def node_view(self, cluster_id: str) -> Sequence[NodeRecord]:

@@ -11,7 +11,7 @@ import copy
 import functools
 import json
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any
@@ -128,6 +128,14 @@ def _summary(r: Sequence[Any]) -> ClusterSummary:
 _NODE_TALLY = (select(nodes.c.group_name, nodes.c.status, nodes.c.image_id, func.count())
                .where(and_(nodes.c.cluster_id == bindparam("k_cid"), nodes.c.status != bindparam("k_status")))
                .group_by(nodes.c.group_name, nodes.c.status, nodes.c.image_id))
+# the same by the cluster's account, region and name (DescribeCluster's reads go in one round trip: ``cluster_view``)
+_NODE_TALLY_BY_NAME = (
+    select(nodes.c.group_name, nodes.c.status, nodes.c.image_id, func.count())
+    .where(and_(nodes.c.cluster_id == select(clusters.c.cluster_id)
+                .where(and_(clusters.c.account_id == bindparam("k_acct"), clusters.c.region == bindparam("k_region"),
+                            clusters.c.name == bindparam("k_name"))).scalar_subquery(),
+                nodes.c.status != bindparam("k_status")))
+    .group_by(nodes.c.group_name, nodes.c.status, nodes.c.image_id))
 _NODES_OF_CLUSTER = select(nodes).where(nodes.c.cluster_id == bindparam("k_cid")).order_by(nodes.c.seq)
 _DELETE_CLUSTER_ROWS = (  # a cluster's rows, children first
     delete(nodes).where(nodes.c.cluster_id == bindparam("k_cid")),
@@ -170,6 +178,16 @@ def _any_group_node(size: int) -> Any:
 
 def _cluster_of(evs: Sequence[EventRecord]) -> str | None:
     return evs[0].cluster_id if evs else None
+
+
+def _tally(cluster_id: str, rows: Sequence[tuple[Any, ...]]) -> list[NodeRecord]:
+    """``node_tally``'s stand-ins from its GROUP BY rows (group, status, image id, count)."""
+    out: list[NodeRecord] = []
+    for group, status, image_id, count in rows:
+        stand_in = NodeRecord(instance_id="", cluster_id=cluster_id, group=group, seq=0,
+                              status=InstanceStatus(status), launch_time=0.0, image_id=image_id)
+        out += [stand_in] * int(count)
+    return out
 
 
 class SqlStore:
@@ -398,13 +416,27 @@ class SqlStore:
         """One stand-in per node with only ``group``, ``status`` and ``image_id`` real (the same object
         repeated per distinct triple; ``instance_id`` is empty): enough for counts and group status views,
         from one GROUP BY instead of 10,000 parsed rows per DescribeCluster."""
-        out: list[NodeRecord] = []
-        for group, status, image_id, count in self._raw.rows(_NODE_TALLY, {"k_cid": cluster_id,
-                                                                                  "k_status": exclude_status}):
-            stand_in = NodeRecord(instance_id="", cluster_id=cluster_id, group=group, seq=0,
-                                  status=InstanceStatus(status), launch_time=0.0, image_id=image_id)
-            out += [stand_in] * int(count)
-        return out
+        return _tally(cluster_id, self._raw.rows(_NODE_TALLY, {"k_cid": cluster_id, "k_status": exclude_status}))
+
+    def cluster_view(self, *, cluster_id: str | None = None, account_id: str = "", region: str = "", name: str = "",
+                     setting: str | None = None) -> tuple[ClusterRecord | None, list[NodeRecord], Any]:
+        """``get_cluster(cluster_id)`` (or ``find_cluster(account_id, region, name)``), its ``node_tally`` and, with
+        ``setting``, ``get_setting(setting)``: DescribeCluster's reads, in one round trip on PostgreSQL."""
+        status = InstanceStatus.NOT_FOUND.value
+        reads: list[tuple[Any, Mapping[str, Any]]] = (
+            [(_CLUSTER_BY_ID, {"k_cid": cluster_id}), (_NODE_TALLY, {"k_cid": cluster_id, "k_status": status})]
+            if cluster_id is not None else
+            [(_CLUSTER_BY_NAME, {"k_acct": account_id, "k_region": region, "k_name": name}),
+             (_NODE_TALLY_BY_NAME, {"k_acct": account_id, "k_region": region, "k_name": name, "k_status": status})])
+        if setting is not None:
+            reads.append((_SETTING, {"k_key": setting}))
+        results = self._raw.batch(reads)
+        row = results[0][0] if results[0] else None
+        if row is None and cluster_id is not None:
+            self._parsed_clusters.pop(cluster_id, None)
+        rec = self._parsed(row)
+        value = json.loads(results[2][0][0]) if setting is not None and results[2] else None
+        return rec, _tally(rec.cluster_id, results[1]) if rec is not None else [], value
 
     def any_node(self, cluster_id: str, groups: Iterable[str], status: InstanceStatus) -> NodeRecord | None:
         """Some node of ``groups`` in ``status`` (no ordering, so the scan stops at the first match: the

@@ -160,3 +160,54 @@ def test_inserted_nodes_read_back_equal_with_columns_all_null(store: SqlStore) -
     assert store.list_nodes("abcdefghij01") == recs
     out = store.update_nodes([(replace(r, hostname=None, phases=("launched",)), []) for r in recs])
     assert store.list_nodes("abcdefghij01") == out and all(o is not None and o.version == 2 for o in out)
+
+
+def test_a_batch_reads_as_its_reads_one_by_one(store: SqlStore) -> None:
+    """``RawReads.batch`` (PostgreSQL: one pipeline) gives each read's rows, empty ones included; an error in any
+    read is SQLAlchemy's, and the pool stays usable after it (the connection of a failed pipeline is dropped)."""
+    for key in ("a", "b", "c"):
+        store.put_setting(key, key.upper())
+    raw = RawReads(store.engine)
+    c = settings_kv.c
+    one = select(c.value).where(c.key == bindparam("k"))
+    every = select(c.key).order_by(c.key)
+    reads = [(one, {"k": "b"}), (one, {"k": "none"}), (every, {}), (one, {"k": "a"})]
+    assert raw.batch(reads) == [raw.rows(q, p) for q, p in reads] == [
+        [('"B"',)], [], [("a",), ("b",), ("c",)], [('"A"',)]]
+    bad = select(text("no_such_column")).select_from(settings_kv)
+    for _ in range(3):
+        with pytest.raises(DBAPIError):
+            raw.batch([(one, {"k": "a"}), (bad, {}), (every, {})])
+    store.put_setting("after", 1)
+    assert store.get_setting("after") == 1
+    assert len(raw.batch([(every, {})] * 40)[-1]) == 4
+
+
+def test_cluster_view_is_describe_clusters_reads(store: SqlStore) -> None:
+    """``cluster_view`` by id and by name: the record ``get_cluster``/``find_cluster`` give, the ``node_tally``
+    and the setting; another account, region or name finds nothing."""
+    from dataclasses import replace
+
+    from slurmpod.domain.status import InstanceStatus
+    from tests.store.test_store import make_cluster, make_node
+
+    cid = "abcdefghij01"
+    rec = make_cluster(cid, name="viewed")
+    store.create_cluster(rec)
+    store.create_cluster(make_cluster("abcdefghij02", name="other"))
+    store.add_nodes([make_node(cid, s, group=f"g{s % 2}") for s in range(1, 6)]
+                    + [replace(make_node(cid, 6), status=InstanceStatus.NOT_FOUND)])
+    store.put_setting("images", [{"image_id": "ami-1"}])
+    by_id = store.cluster_view(cluster_id=cid, setting="images")
+    by_name = store.cluster_view(account_id=rec.account_id, region=rec.region, name="viewed", setting="images")
+    tally = store.node_tally(cid)
+    for got, tally_got, value in (by_id, by_name):
+        assert got == store.get_cluster(cid) == store.find_cluster(rec.account_id, rec.region, "viewed")
+        assert sorted((n.group, n.status) for n in tally_got) == sorted((n.group, n.status) for n in tally)
+        assert len(tally_got) == 5 and value == [{"image_id": "ami-1"}]
+    assert store.cluster_view(cluster_id=cid)[2] is None
+    for missing in (store.cluster_view(cluster_id="abcdefghij09", setting="images"),
+                    store.cluster_view(account_id="000000000000", region=rec.region, name="viewed"),
+                    store.cluster_view(account_id=rec.account_id, region="eu-west-1", name="viewed"),
+                    store.cluster_view(account_id=rec.account_id, region=rec.region, name="nothing")):
+        assert missing[:2] == (None, [])
