@@ -65,6 +65,26 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def tree_cpu_seconds(pid: int | None) -> float:
+    """``cpu_seconds`` of ``pid`` and of its live descendants (a server's reconciler process, ``slurmpod
+    server --reconciler process``)."""
+    if pid is None:
+        return cpu_seconds()
+    total, todo, seen = 0.0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += cpu_seconds(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo += [int(x) for x in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+    return total
+
+
 def cpu_seconds(pid: int | None = None) -> float:
     """User + system CPU seconds of process ``pid`` (this process when None) so far; 0.0 if unknown. A figure of
     CPU spent is less at the mercy of other load on the machine than a wall-clock one."""

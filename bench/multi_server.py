@@ -34,7 +34,7 @@ from typing import Any
 import requests
 
 from bench.api_run import ROLE
-from bench.machine import cpu_seconds
+from bench.machine import cpu_seconds, tree_cpu_seconds
 from bench.server import BenchServer, free_port
 from bench.stats import figure
 
@@ -171,7 +171,7 @@ def _measure(servers: list[BenchServer], clusters: int, nodes: int, pace: float 
     for _ in procs:
         ready.get(timeout=120)
     load0 = os.getloadavg()
-    cpu0 = [cpu_seconds(s.proc.pid if s.proc else None) for s in servers]
+    cpu0 = [tree_cpu_seconds(s.proc.pid if s.proc else None) for s in servers]
     t0 = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda i: clients[i % len(clients)].create_cluster(
@@ -182,7 +182,7 @@ def _measure(servers: list[BenchServer], clusters: int, nodes: int, pace: float 
         not_in_service = _wait_in_service(clients[0], clusters, t0)
         in_service = time.monotonic() - t0
         load1 = os.getloadavg()
-        server_cpu = sum(cpu_seconds(s.proc.pid if s.proc else None) for s in servers) - sum(cpu0)
+        server_cpu = sum(tree_cpu_seconds(s.proc.pid if s.proc else None) for s in servers) - sum(cpu0)
     finally:
         done.set()
         results = [out.get(timeout=60) for _ in procs]
@@ -203,11 +203,13 @@ def _measure(servers: list[BenchServer], clusters: int, nodes: int, pace: float 
             "loadavg_start": [round(x, 2) for x in load0], "loadavg_end": [round(x, 2) for x in load1]}
 
 
-def _run_with(db: str, count: int, root: Path, clusters: int, nodes: int, pace: float) -> dict[str, Any]:
+def _run_with(db: str, count: int, root: Path, clusters: int, nodes: int, pace: float,
+              reconciler: str | None = None) -> dict[str, Any]:
     state = root / f"state{count}"
+    mode = ("--reconciler", reconciler) if reconciler else ()
     servers = [BenchServer(state, free_port(), provider="simulated",
                            extra=("--db", db, "--replica-id", f"r{i}", "--lease-seconds", "10",
-                                  "--simulated-launch-delay", str(LAUNCH_DELAY)))
+                                  "--simulated-launch-delay", str(LAUNCH_DELAY), *mode))
                for i in range(count)]
     try:
         for s in servers:
@@ -219,9 +221,9 @@ def _run_with(db: str, count: int, root: Path, clusters: int, nodes: int, pace: 
 
 
 def run(quick: bool = False, workdir: Path | None = None, size: tuple[int, int] | None = None,
-        counts: tuple[int, ...] = (2, 1), pace: float = PACE) -> dict[str, Any]:
+        counts: tuple[int, ...] = (2, 1), pace: float = PACE, reconciler: str | None = None) -> dict[str, Any]:
     """``pace``: each client's seconds between calls (1.0, the default: a client polling every second, 50 calls/s
-    in all; 0: back to back)."""
+    in all; 0: back to back). ``reconciler``: the servers' ``--reconciler`` (None: their default, a process)."""
     from tests.pg import postgres_server
 
     clusters, nodes = size or (QUICK if quick else FULL)
@@ -230,14 +232,14 @@ def run(quick: bool = False, workdir: Path | None = None, size: tuple[int, int] 
     try:
         with postgres_server() as pg:
             for n in counts:
-                runs[n] = _run_with(pg.create_database(f"s{n}"), n, root, clusters, nodes, pace)
+                runs[n] = _run_with(pg.create_database(f"s{n}"), n, root, clusters, nodes, pace, reconciler)
     finally:
         shutil.rmtree(root, ignore_errors=True)  # the servers' state dirs (simulated: nothing outlives them)
     doc: dict[str, Any] = {
         "description": f"{clusters} clusters x {nodes} simulated nodes, servers {counts} on PostgreSQL, "
                        f"launch delay {LAUNCH_DELAY} s, {CLIENTS} clients in {CLIENT_PROCS} processes"
                        + (f", each calling every {pace} s" if pace else ", back to back"),
-        "quick": quick, "per_run": list(runs.values())}
+        "quick": quick, "reconciler": reconciler or "process", "per_run": list(runs.values())}
     if 2 in runs:
         two = runs[2]
         doc["in_service"] = figure(two["in_service_s"], "s", TARGET_IN_SERVICE if (clusters, nodes) == FULL else None)
@@ -255,4 +257,5 @@ if __name__ == "__main__":
     c, n = (int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) > 2 else FULL
     which = tuple(int(x) for x in sys.argv[3].split(",")) if len(sys.argv) > 3 else (2, 1)
     every = float(sys.argv[4]) if len(sys.argv) > 4 else PACE
-    print(json.dumps(run(size=(c, n), counts=which, pace=every), indent=2))
+    mode = sys.argv[5] if len(sys.argv) > 5 else None  # process | thread
+    print(json.dumps(run(size=(c, n), counts=which, pace=every, reconciler=mode), indent=2))

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import cast
 
 from slurmpod.api.app import ApiApp, ApiContext, make_app
 from slurmpod.api.auth import make_authenticator
 from slurmpod.api.contract.model import get_model
+from slurmpod.background import Background, InProcess, ReconcilerProcess
 from slurmpod.clock import SystemClock
 from slurmpod.console import console_routes, credential_sign_in, open_sign_in
 from slurmpod.lifecycle.images import BUILTIN, Image, ImageCatalog
@@ -41,37 +44,35 @@ class Server:
     settings: Settings
     store: SqlStore
     runtime: ClusterRuntime
-    reconciler: Reconciler
+    background: Background  # the reconciler, lease keeper and node services: threads here, or a child process
     service: ClusterService
     app: ApiApp
-    ownership: Ownership | None = None  # several servers on one database: this one's leases
     _stop_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _handed_over: bool = False
     _closed: bool = False
 
+    @property
+    def reconciler(self) -> Reconciler:
+        """The reconciler, when it runs in this process (``InProcess``)."""
+        if not isinstance(self.background, InProcess):
+            raise AttributeError("the reconciler runs in a child process (--reconciler process)")
+        return self.background.reconciler
+
+    @property
+    def ownership(self) -> Ownership | None:
+        return self.background.ownership if isinstance(self.background, InProcess) else None
+
     def start(self) -> None:
-        if self.ownership is not None:  # several servers share the local nodes: IMDS follows the leases
-            self.node_services("serve_only", self.ownership.owns)
-        self.node_services("start_services")
-        if self.ownership is not None:
-            self.ownership.start()
-        self.reconciler.start()
+        self.background.start()
 
     def hand_over(self) -> None:
         """Stops reconciling and hands this server's clusters to the others at once (not after their leases
-        expire); the API may go on answering meanwhile (a graceful SIGTERM drains it in parallel). The lease
-        keeper keeps renewing, and takes nothing new, until the reconciler's in-flight work has ended."""
+        expire); the API may go on answering meanwhile (a graceful SIGTERM drains it in parallel)."""
         with self._stop_lock:
             if self._handed_over:
                 return
             self._handed_over = True
-            if self.ownership is not None:
-                self.ownership.drain()
-            self.reconciler.stop()
-            if self.ownership is not None:
-                self.ownership.stop()
-                self.ownership.release_all()
-            self.node_services("close")
+            self.background.hand_over()
 
     def stop(self) -> None:
         self.hand_over()
@@ -81,18 +82,6 @@ class Server:
                 if self.app.ctx.audit is not None:  # the queued audit records, written before the store closes
                     self.app.ctx.audit.close()
                 self.store.close()
-
-    def node_services(self, method: str, *args: object) -> None:
-        """Host-side services of the nodes (the local provider's package proxy and IMDS): started with the
-        server, stopped after the reconciler, following this server's leases. The local provider may sit inside
-        an ssh ``PooledProvider``."""
-        provider = getattr(self.runtime, "provider", None)
-        call = getattr(getattr(provider, "local", provider), method, None)
-        if callable(call):
-            try:
-                call(*args)
-            except Exception:
-                log.exception("node services: %s failed", method)
 
 
 def confine_file_sources(snapshotter: Snapshotter, state_dir: Path) -> Snapshotter:
@@ -219,6 +208,8 @@ def build_local_runtime(settings: Settings, image: Image = BUILTIN) -> tuple[Clu
 
 
 def build_server(settings: Settings) -> Server:
+    """The server of ``settings``: its background work on threads of this process, or (``settings.reconciler ==
+    "process"``, a shared database only) in a child process, ``ReconcilerProcess``, started by ``Server.start``."""
     Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
     # the service model (~1 s of JSON parsing), loaded before the first request rather than by the first requests
     # at once (each thread that found the cache empty parsed it: a fresh replica's first answers took seconds)
@@ -232,6 +223,41 @@ def build_server(settings: Settings) -> Server:
     initial_capacity = {**settings.capacity, **settings.simulated_capacity}
     if initial_capacity:
         store.put_setting(CAPACITY_KEY, initial_capacity)
+    gate = ApiGate()  # background work in this process waits (briefly) for the API's requests in flight
+    background: Background
+    if settings.reconciler == "process" and settings.shared_database:
+        settings = dataclasses.replace(settings, replica_id=replica_id(settings))  # the child's, across restarts
+        background = ReconcilerProcess(reconciler_main, settings, nice=settings.reconciler_nice)
+    else:
+        background = build_background(settings, store, runtime, clock, catalog, gate)
+    service = ClusterService(
+        store, clock, provider_name=settings.provider, strict=settings.compat == "strict",
+        wake=background.wake, snapshotter=snapshotter, images=catalog,
+        secret_check=database_secret_check(SecretStore(Path(settings.state_dir))),
+    )
+
+    def ready() -> bool:
+        try:
+            return store.ping() and background.running()
+        except Exception:
+            return False
+
+    audit = AuditService(store.audit, clock, retention_days=settings.audit_retention_days, idle=gate.wait)
+    audit.maybe_prune()
+    store.put_setting(REGION_SETTING, settings.region)  # the default region of the CLI's tools (`slurmpod connect`)
+    ctx = ApiContext(service=service, caller=make_authenticator(settings), audit=audit,
+                     extensions=settings.compat != "strict", ready=ready,
+                     scrape=lambda: render_metrics(store.engine, background.metrics()),
+                     ready_detail=background.detail, gate=gate, inline_reads=store.engine.dialect.name == "sqlite")
+    sign_in = (open_sign_in(settings.account_id, settings.region) if settings.auth == "none"
+               else credential_sign_in(CredentialStore(settings.state_dir), settings.region))
+    return Server(settings, store, runtime, background, service, make_app(ctx, console_routes(ctx, sign_in)))
+
+
+def build_background(settings: Settings, store: SqlStore, runtime: ClusterRuntime, clock: SystemClock,
+                     catalog: ImageCatalog, gate: ApiGate | None = None) -> InProcess:
+    """The reconciler, and with a shared database the lease keeper, on threads of this process; their store calls
+    wait (briefly) for the API's requests in flight through ``gate`` when the API shares the process."""
 
     def image_of(image_id: str | None) -> Image:
         return (catalog.get(image_id) if image_id else None) or catalog.latest()
@@ -242,8 +268,8 @@ def build_server(settings: Settings) -> Server:
 
     runtime.set_image_lookup(image_of)
     ownership = build_ownership(settings, store, runtime, clock) if settings.shared_database else None
-    gate = ApiGate()  # the reconciler's store calls wait (briefly) for the API's requests in flight
-    background_store = cast(Store, YieldingStore(store.fenced(ownership) if ownership is not None else store, gate))
+    fenced = store.fenced(ownership) if ownership is not None else store
+    background_store = cast(Store, YieldingStore(fenced, gate) if gate is not None else fenced)
     reconciler = Reconciler(
         background_store, runtime, clock,
         owns=ownership.owns if ownership is not None else (lambda _cid: True),
@@ -253,42 +279,44 @@ def build_server(settings: Settings) -> Server:
         dhc_busy_timeout=settings.dhc_busy_timeout, dhc_stress_seconds=settings.dhc_stress_seconds,
         image_lookup=image_and_release,
     )
-    service = ClusterService(
-        store, clock, provider_name=settings.provider, strict=settings.compat == "strict",
-        wake=reconciler.wake, snapshotter=snapshotter, images=catalog,
-        secret_check=database_secret_check(SecretStore(Path(settings.state_dir))),
-    )
-
+    background = InProcess(reconciler, runtime, ownership)
     if ownership is not None:
         ownership.busy = lambda cid: bool(reconciler.pool.busy_for(cid))
-    else:
-        metrics.OWNED_CLUSTERS.set_function(lambda: len(store.cluster_ids()))
-
-    def ready() -> bool:
-        try:
-            return store.ping() and reconciler.running()
-        except Exception:
-            return False
-
-    audit = AuditService(store.audit, clock, retention_days=settings.audit_retention_days, idle=gate.wait)
-    audit.maybe_prune()
-    store.put_setting(REGION_SETTING, settings.region)  # the default region of the CLI's tools (`slurmpod connect`)
-    ctx = ApiContext(service=service, caller=make_authenticator(settings), audit=audit,
-                     extensions=settings.compat != "strict", ready=ready, scrape=lambda: render_metrics(store.engine),
-                     ready_detail=ownership.detail if ownership is not None else (lambda: {}), gate=gate,
-                     inline_reads=store.engine.dialect.name == "sqlite")
-    sign_in = (open_sign_in(settings.account_id, settings.region) if settings.auth == "none"
-               else credential_sign_in(CredentialStore(settings.state_dir), settings.region))
-    server = Server(settings, store, runtime, reconciler, service, make_app(ctx, console_routes(ctx, sign_in)),
-                    ownership)
-    if ownership is not None:
 
         def owned_changed() -> None:
             reconciler.wake()
-            server.node_services("sync_services")  # IMDS listeners follow the leases
+            background.node_services("sync_services")  # IMDS listeners follow the leases
 
         ownership.on_change = owned_changed
-    return server
+    else:
+        metrics.OWNED_CLUSTERS.set_function(lambda: len(store.cluster_ids()))
+    return background
+
+
+def reconciler_main(settings: Settings, conn: Connection) -> None:
+    """The reconciler process (``ReconcilerProcess``): this server's background work with its own store
+    connections, answering the API process over ``conn`` until it is told to stop."""
+    from slurmpod.background import serve_parent
+    from slurmpod.providers.base import SetupError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        store = SqlStore(settings.database_url)
+        catalog = ImageCatalog(store)
+        runtime, _snapshotter = build_runtime(settings, node_image(settings, catalog))
+        background = build_background(settings, store, runtime, SystemClock(), catalog)
+        background.start()
+    except SetupError as exc:
+        conn.send(("failed", str(exc)))
+        return
+    except Exception as exc:
+        log.exception("the reconciler process could not start")
+        conn.send(("failed", f"the reconciler process could not start: {exc}"))
+        return
+    try:
+        serve_parent(background, conn, metrics.render_reconciler)
+    finally:
+        store.close()
 
 
 def machine_id() -> str:
@@ -302,16 +330,21 @@ def machine_id() -> str:
     return value or socket.gethostname()
 
 
+def replica_id(settings: Settings) -> str:
+    """``--replica-id``, else ``<machine>-<pid>-<random>``."""
+    import secrets
+
+    return settings.replica_id or f"{(settings.machine_id or machine_id())[:12]}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
 def build_ownership(settings: Settings, store: SqlStore, runtime: ClusterRuntime, clock: SystemClock) -> Ownership:
     """The lease keeper of a server sharing its database. A local-provider cluster is pinned to the machine of
     its first owner (its nodes are that machine's namespaces) unless every group runs on ssh host pools;
     simulated clusters are pinned nowhere."""
-    import secrets
-
     from slurmpod.domain.ownership import Candidate
 
     machine = settings.machine_id or machine_id()
-    replica = settings.replica_id or f"{machine[:12]}-{os.getpid()}-{secrets.token_hex(3)}"
+    replica = replica_id(settings)
     remote = getattr(runtime, "remote_type", None)
 
     def home_of(cluster_id: str) -> str | None:

@@ -50,6 +50,9 @@ class Settings:
     replica_id: str | None = None  # None: <machine>-<pid>-<random>
     machine_id: str | None = None  # None: /etc/machine-id, else the host name
     lease_seconds: float = 15.0
+    # where the reconciler runs: "thread" (in the API's process) or "process" (a child process; shared database)
+    reconciler: str = "thread"
+    reconciler_nice: int = 0  # the child's niceness increment (process)
     # lifecycle sources
     s3_endpoint_url: str | None = None
     # file:// lifecycle sources must lie under one of these directories (empty: anywhere but the state dir)

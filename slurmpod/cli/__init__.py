@@ -86,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="several servers: share --host:--port with the other servers of this machine (SO_REUSEPORT; "
                         "the kernel spreads new connections over them), so one restarting leaves the others serving; "
                         "needs a PostgreSQL --db")
+    s.add_argument("--reconciler", choices=["process", "thread"], default=None,
+                   help="where the reconciler runs: process (the default with a PostgreSQL --db): a child process at "
+                        "a lower CPU priority (--reconciler-nice), so the API answers first on a busy machine; "
+                        "thread (the only choice, and the default, on SQLite): threads of the API's process")
+    s.add_argument("--reconciler-nice", type=int, default=10, metavar="N",
+                   help="--reconciler process: its niceness increment, 0-19 (default 10); what it starts for the "
+                        "nodes (their init, the commands and scripts run in them) runs at the host's default priority")
     s.add_argument("--machine-id", default=None,
                    help="several servers: this machine's id for local-node reachability (default /etc/machine-id)")
     s.add_argument("--capacity", default="", help="initial capacity table TYPE=COUNT[,...] (see `capacity set`)")

@@ -1,4 +1,5 @@
-"""``slurmpod server``: the API server and the reconciler in one process (uvicorn on uvloop + httptools)."""
+"""``slurmpod server``: the API server (uvicorn on uvloop + httptools) and the reconciler, in one process or (a
+PostgreSQL --db) two (``slurmpod.background``)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def cmd_server(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from slurmpod.background import BackgroundFailed
     from slurmpod.cli.serving import GRACEFUL_SECONDS, GracefulServer, listening_socket
     from slurmpod.providers.base import SetupError
     from slurmpod.server import build_server
@@ -73,6 +75,8 @@ def cmd_server(args: argparse.Namespace) -> int:
         replica_id=args.replica_id,
         machine_id=args.machine_id,
         lease_seconds=args.lease_seconds,
+        reconciler=args.reconciler or ("process" if args.db and not args.db.startswith("sqlite") else "thread"),
+        reconciler_nice=args.reconciler_nice,
     )
     from slurmpod.regions import is_region
 
@@ -82,6 +86,10 @@ def cmd_server(args: argparse.Namespace) -> int:
         return die("--audit-retention-days must be a positive number of days")
     if args.lease_seconds < 1:
         return die("--lease-seconds must be at least 1")
+    if settings.reconciler == "process" and not settings.shared_database:
+        return die("--reconciler process needs a PostgreSQL --db (SQLite: the reconciler runs in the API's process)")
+    if not 0 <= args.reconciler_nice <= 19:
+        return die(f"--reconciler-nice must be 0-19, not {args.reconciler_nice}")
     if bool(args.tls_cert) != bool(args.tls_key):
         return die("--tls-cert and --tls-key go together")
     refusal = listen_refusal(args.host, tls=bool(args.tls_cert), insecure_no_tls=args.insecure_no_tls, auth=args.auth)
@@ -110,7 +118,12 @@ def cmd_server(args: argparse.Namespace) -> int:
 
     # uvicorn re-raises SIGTERM after its graceful shutdown: exit through ``finally`` so the server stops cleanly
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    server.start()
+    try:
+        server.start()
+    except BackgroundFailed as exc:
+        server.stop()
+        sock.close()
+        return die(str(exc))
     # explicit loop/http, so a missing uvloop/httptools wheel fails loudly instead of silently losing ~10 % of
     # requests/s
     config = uvicorn.Config(server.app, log_level="warning", access_log=False, loop="uvloop", http="httptools",

@@ -16,10 +16,12 @@ failure reasons are a small fixed vocabulary (``launch_failure_reason``), status
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 __all__ = [
@@ -30,12 +32,14 @@ __all__ = [
     "NODE_FAULTS",
     "OWNED_CLUSTERS",
     "RECONCILE_PASS",
+    "RECONCILER_FAMILIES",
     "REGISTRY",
     "launch_failure_reason",
     "observe_request",
     "record_launch_failure",
     "record_node_fault",
     "render",
+    "render_reconciler",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -120,10 +124,40 @@ def record_launch_failure(exc: BootFailure) -> None:
     LAUNCH_FAILURES.labels(reason=launch_failure_reason(exc)).inc()
 
 
-def render(*collectors: Collector) -> bytes:
+#: the reconciler's instruments: rendered by the reconciler's process when it is not the API's
+#: (``slurmpod.background.ReconcilerProcess``)
+RECONCILER_FAMILIES = frozenset({"slurmpod_reconcile_pass_duration_seconds", "slurmpod_lease_changes",
+                                 "slurmpod_owned_clusters", "slurmpod_provider_launch_failures",
+                                 "slurmpod_node_faults"})
+
+
+class _Families:
+    """``REGISTRY``'s families whose name is (``keep``) or is not in ``names``."""
+
+    def __init__(self, names: frozenset[str], keep: bool) -> None:
+        self.names = names
+        self.keep = keep
+
+    def collect(self) -> Iterator[Metric]:
+        return (m for m in REGISTRY.collect() if (m.name in self.names) == self.keep)
+
+
+def render(*collectors: Collector, reconciler: bytes | None = None) -> bytes:
     """The whole exposition: the process-wide instruments, then ``collectors`` (e.g. ``store.collector``'s
-    gauges), each collected at scrape time."""
+    gauges), each collected at scrape time. ``reconciler``: the reconciler's instruments as its own process
+    rendered them (``render_reconciler``), in place of this process's."""
     scrape = CollectorRegistry()
     for collector in collectors:
         scrape.register(collector)
-    return generate_latest(REGISTRY) + generate_latest(scrape)
+    if reconciler is None:
+        return generate_latest(REGISTRY) + generate_latest(scrape)
+    mine = CollectorRegistry()
+    mine.register(_Families(RECONCILER_FAMILIES, keep=False))
+    return generate_latest(mine) + reconciler + generate_latest(scrape)
+
+
+def render_reconciler() -> bytes:
+    """The reconciler's instruments alone (its process's side of ``render(reconciler=...)``)."""
+    only = CollectorRegistry()
+    only.register(_Families(RECONCILER_FAMILIES, keep=True))
+    return generate_latest(only)

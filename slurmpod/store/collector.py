@@ -57,6 +57,7 @@ class StoreCollector(Collector):
         yield o
 
 
-def render(engine: Engine) -> bytes:
-    """The whole exposition of this server: process-wide instruments, then the store gauges of ``engine``."""
-    return metrics.render(StoreCollector(engine))
+def render(engine: Engine, reconciler: bytes | None = None) -> bytes:
+    """The whole exposition of this server: process-wide instruments, then the store gauges of ``engine``;
+    ``reconciler``: the reconciler's instruments from its own process (``metrics.render``)."""
+    return metrics.render(StoreCollector(engine), reconciler=reconciler)

@@ -90,3 +90,21 @@ def test_health_endpoints(srv: RunningServer) -> None:
     assert requests.get(f"{srv.endpoint}/healthz", timeout=10).json() == {"status": "ok"}
     r = requests.get(f"{srv.endpoint}/readyz", timeout=10)
     assert r.status_code == 200 and r.json() == {"ready": True}
+
+
+def test_reconciler_instruments_rendered_elsewhere_replace_this_process_s() -> None:
+    """``slurmpod server --reconciler process``: the API process renders its own families and the child's text of
+    the reconciler's (``metrics.render(reconciler=...)``); every family once."""
+    from slurmpod.observability import metrics
+
+    def families(text: str) -> list[str]:
+        return [line.split()[2].removesuffix("_created").removesuffix("_total") for line in text.splitlines()
+                if line.startswith("# TYPE ")]
+
+    child = metrics.render_reconciler().decode()
+    assert set(families(child)) == set(metrics.RECONCILER_FAMILIES)
+    merged = metrics.render(reconciler=child.encode()).decode()
+    types = [line.split()[2] for line in merged.splitlines() if line.startswith("# TYPE ")]
+    assert len(types) == len(set(types))  # every family (and series kind) once
+    assert set(metrics.RECONCILER_FAMILIES) < set(families(merged))
+    assert "slurmpod_api_request_duration_seconds" in types

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from slurmpod.providers.base import NodeFile, TemporaryProviderError
 from slurmpod.providers.local.netns import netns_path
+from slurmpod.providers.local.priority import at_host_priority
 from slurmpod.providers.local.procscan import overlay_uppers
 
 NODEINIT = Path(__file__).with_name("nodeinit.py")
@@ -178,7 +179,7 @@ def start(netns: str, boot_cfg: dict, instance_dir: Path, cgroup: Path | None = 
         argv = ["sh", "-c", _INTO_CGROUP, "into-cgroup", str(cgroup / "cgroup.procs"), *argv]
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
     with open(log_path, "ab") as log:
-        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
+        popen = subprocess.Popen(at_host_priority(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
                                  env=env, start_new_session=True, close_fds=True)
     unshare_start = start_time(popen.pid) or ""
     deadline = time.monotonic() + BOOT_TIMEOUT

@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurmpod.providers.local.commands import host_run
+from slurmpod.providers.local.priority import at_host_priority
 from slurmpod.providers.local.procscan import ProcFS
 from slurmpod.providers.local.state import file_lock, read_json, write_json
 
@@ -421,9 +422,9 @@ class PackageProxy:
             out.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')} start on {' '.join(bind)}\n".encode())
             out.flush()
             child = subprocess.Popen(
-                [self.binary, "-c", str(self.paths.conf_dir), "ForeGround=1"], stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, cwd=self.paths.root, start_new_session=True,
-                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"})
+                at_host_priority([self.binary, "-c", str(self.paths.conf_dir), "ForeGround=1"]),
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self.paths.root,
+                start_new_session=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"})
         self._child = child
         rec.pid, rec.start = child.pid, _proc_start(child.pid) or ""
         try:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmpod.providers.local.pkgproxy import check_bind_address, host_addresses
+from slurmpod.providers.local.priority import at_host_priority
 from slurmpod.providers.local.procscan import ProcFS
 from slurmpod.providers.local.state import file_lock, read_json, write_json
 
@@ -190,8 +191,9 @@ class ContainerRegistry:
         with open(self.dir / "log" / f"{ip}.log", "ab") as out:
             out.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')} start on {ip}:{self.port}\n".encode())
             out.flush()
-            child = subprocess.Popen([self.binary, "serve", str(conf)], stdin=subprocess.DEVNULL,  # noqa: S603
-                                     stdout=out, stderr=out, start_new_session=True, close_fds=True)
+            child = subprocess.Popen(at_host_priority([self.binary, "serve", str(conf)]),  # noqa: S603
+                                     stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+                                     close_fds=True)
         # recorded before the wait for its port: a server killed meanwhile left a registry nobody knew, which
         # neither the next server nor `slurmpod cleanup` stopped
         rec["procs"][ip] = [child.pid, _proc_start(child.pid) or ""]

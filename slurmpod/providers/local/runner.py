@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from slurmpod.providers.base import CommandResult, TemporaryProviderError
 from slurmpod.providers.inflight import InFlight
+from slurmpod.providers.local.priority import at_host_priority
 
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_ENV = {"PATH": NODE_PATH, "HOME": "/root", "USER": "root", "LOGNAME": "root", "LANG": "C.UTF-8",
@@ -61,7 +62,8 @@ class LocalRunner:
         # Output goes to files, not pipes: a daemon started by the command may keep its stdio open,
         # and we must return when the command itself exits.
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            proc = subprocess.Popen(at_host_priority(cmd),
+                                    stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                                     stdout=out, stderr=err, env=full_env, cwd="/", start_new_session=True)
             with self._tracked(proc):
                 try:
