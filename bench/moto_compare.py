@@ -24,7 +24,7 @@ import boto3
 from botocore.config import Config
 
 from bench.api_run import ROLE
-from bench.machine import cpu_seconds
+from bench.machine import tree_cpu_seconds
 from bench.server import BenchServer, free_port
 from bench.stats import figure
 
@@ -73,13 +73,13 @@ def run_workload(client: Any, iterations: int, prefix: str, server_pid: int | No
 
     for i in range(WARMUP):
         one(-1 - i)
-    cpu0 = cpu_seconds(server_pid) if server_pid else 0.0
+    cpu0 = tree_cpu_seconds(server_pid) if server_pid else 0.0
     t0 = time.perf_counter()
     for i in range(iterations):
         one(i)
     rate = iterations * REQUESTS_PER_ITERATION / (time.perf_counter() - t0)
     if cpu_ms is not None and server_pid:
-        cpu_ms.append((cpu_seconds(server_pid) - cpu0) / (iterations * REQUESTS_PER_ITERATION) * 1000)
+        cpu_ms.append((tree_cpu_seconds(server_pid) - cpu0) / (iterations * REQUESTS_PER_ITERATION) * 1000)
     return rate
 
 

@@ -13,8 +13,10 @@ costs ~4.7 ms of server CPU and ~3 ms of boto3 CPU), and 50 calls always in flig
 Little's law whatever the server does: that reading of "50 concurrent clients" cannot meet a 100 ms p99 here.
 The 50 clients run in ``CLIENT_PROCS`` processes of their own (one Python process issuing 50 concurrent boto3
 calls queues them on its own GIL: that wait was counted as server latency). The servers' own view of the same
-calls (their request histogram) is reported too, and the load average and CPU seconds of every run: the machine
-has 2 cores, shared.
+calls (their request histogram) is reported too, and the load average and CPU seconds of every run (a server's
+with its reconciler process): the machine has 2 cores, shared. The servers run their default ``--reconciler
+process``; ``python -m bench.multi_server C N COUNTS PACE thread`` runs them with ``--reconciler thread`` for
+comparison.
 """
 
 from __future__ import annotations
