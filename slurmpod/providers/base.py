@@ -62,11 +62,18 @@ class VolumeMount:
     """A per-cluster directory owned by the provider, mounted into the instance at ``path``.
 
     ``name`` identifies the volume within the cluster (e.g. ``slurm-state``); it outlives instances and
-    is removed by ``teardown_cluster``.
+    is removed by ``teardown_cluster``. ``seed``: a directory of the instance's image; a volume that does not
+    exist yet starts as a copy of it, with ``SEEDED_MARKER`` in it (made before the instance boots; a provider
+    that cannot leaves the volume empty and the marker absent, and the instance seeds it itself).
     """
 
     name: str
     path: str
+    seed: str | None = None
+
+
+#: the file a provider puts in a volume it made as a copy of ``VolumeMount.seed``, once the copy is whole
+SEEDED_MARKER = ".slurmpod-seeded"
 
 
 @dataclass(frozen=True)

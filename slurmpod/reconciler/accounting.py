@@ -21,6 +21,7 @@ MariaDB this host ran before (the cluster attached the database later) is stoppe
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -264,10 +265,14 @@ class AccountingService:
 
     def _request(self, cluster_id: str, cluster_name: str, munge_key: bytes,
                  external: ExternalDatabase | None, image: Image) -> InstanceRequest:
+        # a new database volume starts as the image's template datadir, copied by the provider before the host
+        # boots (the host's seed unit then has nothing to do), when the host's boot brings MariaDB up from it
+        seeded = external is None and self._template_boot(image)
+        volume = dataclasses.replace(DB_VOLUME, seed=acct.MARIADB_TEMPLATE) if seeded else DB_VOLUME
         return InstanceRequest(
             cluster_id=cluster_id, instance_id=self.instance_id(cluster_id), group=ACCOUNTING_GROUP,
             instance_type=self.instance_type, image_id=image.image_id, image_root=image.root,
-            volumes=(DB_VOLUME,), labels={"slurmpod/cluster": cluster_name, "slurmpod/group": ACCOUNTING_GROUP},
+            volumes=(volume,), labels={"slurmpod/cluster": cluster_name, "slurmpod/group": ACCOUNTING_GROUP},
             files=tuple(self._boot_files(cluster_id, munge_key, external, image)),
         )
 
@@ -277,10 +282,16 @@ class AccountingService:
         MariaDB and slurmdbd running at the end of its boot (``acct.boot_files``); else only the munge key."""
         if not _systemd(image):
             return []
-        if external is None and not (Path(image.root) / acct.MARIADB_TEMPLATE.lstrip("/") / "mysql").is_dir():
+        if external is None and not self._template_boot(image):
             return [control.munge_key_file(munge_key)]
         conf, password = self._dbd_conf(cluster_id, external, image)
         return acct.boot_files(munge_key, conf, password=password)
+
+    @staticmethod
+    def _template_boot(image: Image) -> bool:
+        """Does the host's own boot bring MariaDB up from the image's template datadir (a systemd image that has
+        one)?"""
+        return _systemd(image) and (Path(image.root) / acct.MARIADB_TEMPLATE.lstrip("/") / "mysql").is_dir()
 
     def _dbd_conf(self, cluster_id: str, external: ExternalDatabase | None,
                   image: Image) -> tuple[str, str | None]:

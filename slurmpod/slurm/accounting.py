@@ -17,7 +17,7 @@ import hashlib
 import re
 import shlex
 
-from slurmpod.providers.base import NodeFile
+from slurmpod.providers.base import SEEDED_MARKER, NodeFile
 from slurmpod.slurm import control
 from slurmpod.slurm.conf import SLURMDBD_PORT
 
@@ -207,9 +207,11 @@ def port_probe_argv(port: int, host: str = "127.0.0.1") -> list[str]:
 
 def seed_datadir_script() -> str:
     """Shell (run as root before mariadbd starts): an uninitialised datadir (no ``INIT_MARKER``) becomes a sparse
-    copy of the image's ``MARIADB_TEMPLATE``; an initialised one, or an image without the template, is left alone."""
+    copy of the image's ``MARIADB_TEMPLATE``; an initialised one, one the provider made as that copy before the boot
+    (``SEEDED_MARKER``), or an image without the template, is left alone."""
     return (f"install -d -m 0750 -o mysql -g mysql {MYSQL_DATADIR} && "
-            f"{{ test -e {INIT_MARKER} || ! test -d {MARIADB_TEMPLATE}/mysql || "
+            f"{{ test -e {INIT_MARKER} || test -e {MYSQL_DATADIR}/{SEEDED_MARKER} || "
+            f"! test -d {MARIADB_TEMPLATE}/mysql || "
             f"{{ find {MYSQL_DATADIR} -mindepth 1 -maxdepth 1 -exec rm -rf {{}} + && "
             f"cp -a --sparse=always {MARIADB_TEMPLATE}/. {MYSQL_DATADIR}/; }}; }}")
 

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from slurmpod.providers.base import SEEDED_MARKER
 from slurmpod.slurm.accounting import (
+    MARIADB_TEMPLATE,
+    MYSQL_DATADIR,
     accounting_instance_id,
     background_argv,
     client_argv,
@@ -134,6 +137,12 @@ def test_sacct_lists_finished_job(acct_server: ServerProcess) -> None:
     assert password not in (state / "server.log").read_text()
     ls = runner.run(["stat", "-c", "%a %U", "/etc/slurm/slurmdbd.conf"], timeout=10).stdout.split()
     assert ls == ["600", "slurm"]
+    # where the host's boot brings MariaDB up from the image's template (a systemd image that has one), its
+    # database volume was made by the provider as the template's copy before the boot (the seed unit copied nothing)
+    template_boot = runner.run(["sh", "-c", f"test -d /run/systemd/system && test -d {MARIADB_TEMPLATE}/mysql"],
+                               timeout=10).returncode == 0
+    seeded = runner.run(["test", "-e", f"{MYSQL_DATADIR}/{SEEDED_MARKER}"], timeout=10).returncode == 0
+    assert seeded == template_boot
 
     # a restarted server re-adopts the accounting host (same address) and accounting keeps working
     acct_server.kill9()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slurmpod.providers.base import SEEDED_MARKER
 from slurmpod.slurm import accounting as acct
 
 
@@ -48,6 +49,8 @@ def test_external_database_host_has_no_local_mariadb() -> None:
 def test_seed_script_leaves_an_initialised_datadir_alone() -> None:
     script = acct.seed_datadir_script()
     assert f"test -e {acct.INIT_MARKER} ||" in script  # the marker short-circuits the wipe
+    # a volume the provider made as the template's copy before the boot is not copied again
+    assert f"test -e {acct.MYSQL_DATADIR}/{SEEDED_MARKER} ||" in script
     assert f"! test -d {acct.MARIADB_TEMPLATE}/mysql ||" in script  # no template: nothing is removed
     assert "'" not in script  # it is embedded in single quotes in the unit
 

@@ -49,6 +49,7 @@ from slurmpod.providers.local.sysnode import (
     systemd_image,
     wait_started,
 )
+from slurmpod.providers.local.volumes import seed_volume
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +186,9 @@ class LocalProvider:
             self.prepare_cluster(request.cluster_id)
             rec = self._create_record(request)
             try:
+                for vol in request.volumes:
+                    if vol.seed:
+                        seed_volume(self.layout.volume(rec.cluster_id, vol.name), rec.image_root, vol.seed)
                 self._boot(rec, request.files)
                 self._imds_attach(rec, required=True)
             except BaseException:
