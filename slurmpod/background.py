@@ -127,16 +127,13 @@ class ReconcilerProcess:
         self._target = target
         self._settings = settings
         self._nice = nice
-        self._lock = threading.Lock()  # one exchange on the pipe at a time
+        self._lock = threading.Lock()  # guards ``_conn``/``_proc`` and each send (held briefly)
+        self._asking = threading.Lock()  # one question (send, then wait for its answer) at a time
         self._seq = itertools.count(1)
         self._conn: Connection | None = None
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
 
     def start(self) -> None:
         self._spawn()
@@ -200,15 +197,20 @@ class ReconcilerProcess:
 
     def _ask(self, what: str, timeout: float = ASK_TIMEOUT) -> Any:
         """The child's answer to ``what``, or None when it has none in time (an answer that comes later is
-        dropped by the next question: each carries its number)."""
-        with self._lock:
-            conn = self._conn
-            if conn is None or self._stopping.is_set():
-                return None
-            seq = next(self._seq)
+        dropped by the next question: each carries its number). Only questions wait for the child: a wake
+        (an API write) never waits behind one."""
+        with self._asking:
+            with self._lock:
+                conn = self._conn
+                if conn is None or self._stopping.is_set():
+                    return None
+                seq = next(self._seq)
+                try:
+                    conn.send((seq, what))
+                except OSError:
+                    return None
             deadline = time.monotonic() + timeout
             try:
-                conn.send((seq, what))
                 while conn.poll(max(0.0, deadline - time.monotonic())):
                     got, value = conn.recv()
                     if got == seq:
@@ -275,6 +277,8 @@ def _child(target: ChildMain, settings: Any, conn: Connection, nice: int) -> Non
 def serve_parent(background: InProcess, conn: Connection, render_metrics: Callable[[], bytes]) -> None:
     """The child's loop once ``background`` runs: answers the parent's questions until it says stop (then hands
     the clusters over) or goes away (then exits at once, as a killed server would)."""
+    answers: dict[str, Callable[[], Any]] = {"running": background.running, "detail": background.detail,
+                                             "metrics": render_metrics}
     conn.send(("started", None))
     while True:
         try:
@@ -289,8 +293,7 @@ def serve_parent(background: InProcess, conn: Connection, render_metrics: Callab
             conn.send((seq, True))
             return
         try:
-            answer: Any = (background.running() if what == "running" else background.detail() if what == "detail"
-                           else render_metrics() if what == "metrics" else None)
+            answer = answers[what]() if what in answers else None
         except Exception:
             log.exception("answering %s failed", what)
             answer = None

@@ -16,7 +16,7 @@ from typing import cast
 from slurmpod.api.app import ApiApp, ApiContext, make_app
 from slurmpod.api.auth import make_authenticator
 from slurmpod.api.contract.model import get_model
-from slurmpod.background import Background, InProcess, ReconcilerProcess
+from slurmpod.background import Background, InProcess, ReconcilerProcess, serve_parent
 from slurmpod.clock import SystemClock
 from slurmpod.console import console_routes, credential_sign_in, open_sign_in
 from slurmpod.lifecycle.images import BUILTIN, Image, ImageCatalog
@@ -57,10 +57,6 @@ class Server:
         if not isinstance(self.background, InProcess):
             raise AttributeError("the reconciler runs in a child process (--reconciler process)")
         return self.background.reconciler
-
-    @property
-    def ownership(self) -> Ownership | None:
-        return self.background.ownership if isinstance(self.background, InProcess) else None
 
     def start(self) -> None:
         self.background.start()
@@ -296,7 +292,6 @@ def build_background(settings: Settings, store: SqlStore, runtime: ClusterRuntim
 def reconciler_main(settings: Settings, conn: Connection) -> None:
     """The reconciler process (``ReconcilerProcess``): this server's background work with its own store
     connections, answering the API process over ``conn`` until it is told to stop."""
-    from slurmpod.background import serve_parent
     from slurmpod.providers.base import SetupError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -35,6 +35,7 @@ def listen_refusal(host: str, *, tls: bool, insecure_no_tls: bool, auth: str) ->
 
 
 def cmd_server(args: argparse.Namespace) -> int:
+    import dataclasses
     import os
 
     import uvicorn
@@ -75,9 +76,11 @@ def cmd_server(args: argparse.Namespace) -> int:
         replica_id=args.replica_id,
         machine_id=args.machine_id,
         lease_seconds=args.lease_seconds,
-        reconciler=args.reconciler or ("process" if args.db and not args.db.startswith("sqlite") else "thread"),
+        reconciler=args.reconciler or "thread",
         reconciler_nice=args.reconciler_nice,
     )
+    if args.reconciler is None and settings.shared_database:  # the default on PostgreSQL: a process of its own
+        settings = dataclasses.replace(settings, reconciler="process")
     from slurmpod.regions import is_region
 
     if not is_region(args.region):

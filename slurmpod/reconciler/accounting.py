@@ -267,22 +267,23 @@ class AccountingService:
                  external: ExternalDatabase | None, image: Image) -> InstanceRequest:
         # a new database volume starts as the image's template datadir, copied by the provider before the host
         # boots (the host's seed unit then has nothing to do), when the host's boot brings MariaDB up from it
-        seeded = external is None and self._template_boot(image)
+        template = self._template_boot(image)
+        seeded = external is None and template
         volume = dataclasses.replace(DB_VOLUME, seed=acct.MARIADB_TEMPLATE) if seeded else DB_VOLUME
         return InstanceRequest(
             cluster_id=cluster_id, instance_id=self.instance_id(cluster_id), group=ACCOUNTING_GROUP,
             instance_type=self.instance_type, image_id=image.image_id, image_root=image.root,
             volumes=(volume,), labels={"slurmpod/cluster": cluster_name, "slurmpod/group": ACCOUNTING_GROUP},
-            files=tuple(self._boot_files(cluster_id, munge_key, external, image)),
+            files=tuple(self._boot_files(cluster_id, munge_key, external, image, template)),
         )
 
     def _boot_files(self, cluster_id: str, munge_key: bytes, external: ExternalDatabase | None,
-                    image: Image) -> list[NodeFile]:
+                    image: Image, template: bool) -> list[NodeFile]:
         """On a systemd image with MariaDB's template datadir: everything the host needs to come up with munge,
         MariaDB and slurmdbd running at the end of its boot (``acct.boot_files``); else only the munge key."""
         if not _systemd(image):
             return []
-        if external is None and not self._template_boot(image):
+        if external is None and not template:  # ``_template_boot``
             return [control.munge_key_file(munge_key)]
         conf, password = self._dbd_conf(cluster_id, external, image)
         return acct.boot_files(munge_key, conf, password=password)
