@@ -195,6 +195,12 @@ def test_eks_only_operations_answer_for_slurm(srv: RunningServer) -> None:
     c = srv.client()
     arn = c.describe_cluster(ClusterName=CONT)["ClusterArn"]
     node = c.list_cluster_nodes(ClusterName=CONT)["ClusterNodeSummaries"][0]["InstanceId"]
+    # a node an earlier test added may still be booting (a Continuous cluster's scaling is Done once recorded): the
+    # snapshot is taken once the cluster is at rest, so only the rejected calls could change it
+    deadline = time.monotonic() + 30
+    while any(g["CurrentCount"] != g["TargetCount"] for g in _state(c, CONT)["InstanceGroups"]):
+        assert time.monotonic() < deadline, "the cluster never came to rest"
+        time.sleep(0.05)
     before = _state(c, CONT)
     msg = rejected(c.move_cluster_nodes, SourceClusterArn=arn, SourceInstanceGroupName="compute-group",
                    TargetClusterArn=arn, TargetInstanceGroupName="controller-group", NodeIds=[node])
