@@ -12,6 +12,7 @@ benchmark.
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import tempfile
 import threading
@@ -110,9 +111,25 @@ def _register(root: Path, image: str) -> str:
     return res.stdout.split()[1]  # "registered ami-… release …"
 
 
-def _daemon_logs(server: Any, client: Any) -> str:
+def _unit_times(runner: Any, units: tuple[str, ...], t0: float) -> str:
+    """When each unit of a systemd node started and became active, in seconds after CreateCluster (a node's
+    CLOCK_MONOTONIC is the host's)."""
+    props = ("ExecMainStartTimestampMonotonic", "ActiveEnterTimestampMonotonic")
+    res = runner.run(["systemctl", "show", *(f"-p{p}" for p in ("Id", *props)), *units], timeout=30)
+    rows = []
+    for block in res.stdout.strip().split("\n\n"):
+        kv = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        at = [int(kv.get(p) or 0) / 1e6 - t0 for p in props]
+        rows.append(f"{kv.get('Id', '?')} started {at[0]:.2f} active {at[1]:.2f}")
+    res = runner.run(["systemctl", "show", "-pUserspaceTimestampMonotonic", "-pFinishTimestampMonotonic"], timeout=30)
+    kv = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+    boot = [int(kv.get(p) or 0) / 1e6 - t0 for p in ("UserspaceTimestampMonotonic", "FinishTimestampMonotonic")]
+    return f"systemd started {boot[0]:.2f}, boot finished {boot[1]:.2f}; " + "; ".join(rows)
+
+
+def _daemon_logs(server: Any, client: Any, t0: float) -> str:
     """slurmctld's log on the controller and slurmdbd's on the accounting host (timestamps show where the
-    controller's first start waits)."""
+    controller's first start waits), and when their units started."""
     from slurmpod.slurm.accounting import accounting_instance_id
 
     provider = server.runtime.provider
@@ -121,6 +138,18 @@ def _daemon_logs(server: Any, client: Any) -> str:
     nodes = client.list_cluster_nodes(ClusterName="bench-profile")["ClusterNodeSummaries"]
     ctl = next(n["InstanceId"] for n in nodes if n["InstanceGroupName"] == "controller-group")
     computes = [n["InstanceId"] for n in nodes if n["InstanceGroupName"] != "controller-group"]
+    for iid, units in ((accounting_instance_id(cid), ("munge", "mariadb", "slurmdbd")), (ctl, ("munge", "slurmctld")),
+                       *((c, ("slurmd",)) for c in computes)):
+        try:
+            out.append(f"== {iid} units: {_unit_times(provider.runner(cid, iid), units, t0)}")
+        except Exception as exc:  # noqa: BLE001 - a node without systemd, or gone
+            out.append(f"== {iid} units: {exc}")
+    try:
+        res = provider.runner(cid, accounting_instance_id(cid)).run(
+            ["systemd-analyze", "critical-chain", "--no-pager", "slurmdbd.service"], timeout=30)
+        out.append(f"== accounting host's critical chain\n{res.stdout}{res.stderr}")
+    except Exception as exc:  # noqa: BLE001
+        out.append(f"== accounting host's critical chain: {exc}")
     for iid, path in ((accounting_instance_id(cid), "/var/log/slurm/slurmdbd.log"),
                       (ctl, "/var/log/slurm/slurmctld.log"), *((c, "/var/log/slurm/slurmd.log") for c in computes)):
         try:
@@ -162,6 +191,7 @@ def profile_once(workdir: Path | None = None, *, image: str | None = None, logs:
         while not uv.started and time.monotonic() < deadline:
             time.sleep(0.02)
         rec.t0 = time.monotonic()
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         groups = seed_groups(2)
         for g in groups:
             if image_id:
@@ -174,8 +204,9 @@ def profile_once(workdir: Path | None = None, *, image: str | None = None, logs:
             time.sleep(POLL)
         d = client.describe_cluster(ClusterName="bench-profile")
         print(f"{d['ClusterStatus']} after {time.monotonic() - rec.t0:.2f}s {d.get('FailureMessage', '')}")
+        print(_node_cpu(cpu0))
         if logs and d["ClusterStatus"] != "Failed":
-            print(_daemon_logs(server, client))
+            print(_daemon_logs(server, client, rec.t0))
     finally:
         try:
             delete_and_wait(client, "bench-profile")
@@ -186,6 +217,25 @@ def profile_once(workdir: Path | None = None, *, image: str | None = None, logs:
             cleanup(root)
             shutil.rmtree(root, ignore_errors=True)
     return rec
+
+
+def _node_cpu(before: resource.struct_rusage) -> str:
+    """CPU seconds spent so far by each node (its cgroup: systemd and everything it started) and by this process
+    (server, reconciler, holders' setup) since CreateCluster: what the 2 cores were busy with."""
+    from slurmpod.providers.local.holder import node_cgroup
+
+    parts = []
+    base = node_cgroup("x")
+    nodes = sorted(p for p in base.parent.iterdir() if p.is_dir()) if base is not None and base.parent.is_dir() else []
+    for cg in nodes:
+        stat = (cg / "cpu.stat").read_text() if (cg / "cpu.stat").exists() else ""
+        usec = next((int(line.split()[1]) for line in stat.splitlines() if line.startswith("usage_usec")), 0)
+        parts.append(f"{cg.name} {usec / 1e6:.2f}")
+    now = resource.getrusage(resource.RUSAGE_SELF)
+    me = now.ru_utime + now.ru_stime - before.ru_utime - before.ru_stime
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (f"CPU s by then: {', '.join(parts)}; this process {me:.2f} "
+            f"(+ ended children {kids.ru_utime + kids.ru_stime:.2f} in all)")
 
 
 def render(rec: Recorder, *, commands: bool = False) -> str:

@@ -72,6 +72,9 @@ class InProcess:
         if self.ownership is not None:  # several servers share the local nodes: IMDS follows the leases
             self.node_services("serve_only", self.ownership.owns)
         self.node_services("start_services")
+        warm = getattr(self.runtime, "warm", None)  # a SlurmRuntime: the first accounting host's database
+        if callable(warm):
+            warm()
         if self.ownership is not None:
             self.ownership.start()
         self.reconciler.start()

@@ -168,6 +168,15 @@ class InitAware(Protocol):
         ...
 
 
+@runtime_checkable
+class SeedWarming(Protocol):
+    """A provider that can make seeded volumes (``VolumeMount.seed``) ahead of the launches that will ask for them."""
+
+    def warm_seed(self, image_root: str, seed: str) -> None:
+        """A hint, returns at once: volumes seeded from ``seed`` of the image at ``image_root`` will be asked for."""
+        ...
+
+
 class Provider(Protocol):
     name: str
 

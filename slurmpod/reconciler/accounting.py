@@ -43,6 +43,7 @@ from slurmpod.providers.base import (
     Provider,
     ProviderError,
     ProviderInstance,
+    SeedWarming,
     VolumeMount,
 )
 from slurmpod.providers.nodefiles import write_files
@@ -218,6 +219,15 @@ class AccountingService:
                      self.instance_id(cluster_id), cfg.host_ip, cfg.port, self.last_ensure_seconds)
             return cfg
 
+    def warm(self, image: Image | None = None) -> None:
+        """A provider that makes seeded volumes ahead (``SeedWarming``) prepares ``image``'s (default: the server's
+        default image's) template datadir, so the next accounting host's launch renames a copy instead of making
+        one: at server start, and once an accounting host is up (not while it boots: the copy's writes would slow
+        its MariaDB's start)."""
+        image = image or self.image
+        if isinstance(self.provider, SeedWarming) and self._template_boot(image):
+            self.provider.warm_seed(image.root, acct.MARIADB_TEMPLATE)
+
     def alive(self, cluster_id: str) -> bool:
         """The accounting instance runs and so does its slurmdbd."""
         iid = self.instance_id(cluster_id)
@@ -332,6 +342,8 @@ class AccountingService:
         if any(f.path == acct.INIT_SQL for f in request.files) and self._booted_ready(r, conf, cluster_name):
             log.info("cluster %s: accounting host up in %.2fs (its boot started munge, MariaDB and slurmdbd)",
                      cluster_name, time.monotonic() - t0)
+            if any(v.seed for v in request.volumes):
+                self.warm(image)  # the next cluster's database, now that this one's MariaDB started
             return AccountingConfig(host_ip=inst.ip, port=SLURMDBD_PORT)
         control.start_munge(r, munge_key)  # a no-op when munge.service started on the key at boot
         t1 = time.monotonic()

@@ -223,16 +223,44 @@ def _seed_unit() -> str:
     return ("# slurmpod: an empty accounting database volume becomes a copy of the image's template datadir\n"
             f"[Unit]\nDescription=slurmpod: seed the accounting database\nDefaultDependencies=no\n"
             f"RequiresMountsFor={MYSQL_DATADIR}\nBefore=mariadb.service\n"
+            # a volume the provider seeded before the boot: not even a shell to find that out
+            f"ConditionPathExists=!{MYSQL_DATADIR}/{SEEDED_MARKER}\n"
             f"[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sh -c '{seed_datadir_script()}'\n")
+
+
+#: what an accounting host boots into (``boot_files`` makes it the default target): munge, MariaDB and slurmdbd, with
+#: journald and tmpfiles as on any host, and nothing else of a node's boot (sysinit's and basic.target's units, getty,
+#: sshd, container sockets): it is slurmpod's service host, which no user logs into
+HOST_TARGET = "slurmpod-accounting.target"
+#: munge, MariaDB and slurmdbd start as the boot starts instead of after basic.target (MariaDB ~0.26 -> ~0.1 s after
+#: systemd's start on an idle host); their stop still comes before the host's shutdown
+_EARLY_DROPIN = "40-slurmpod-early.conf"
+_EARLY = ("# slurmpod: started with the accounting host's boot, not after basic.target\n"
+          "[Unit]\nDefaultDependencies=no\nConflicts=shutdown.target\nBefore=shutdown.target\n")
+#: MariaDB's runtime directories (Debian makes them with tmpfiles, which no longer runs first): /run/mysqld, and
+#: /run/mariadbd of MariaDB >= 11.8; kept when it stops (tmpfiles' socket link of sid's images lives there)
+_MARIADB_EARLY = "[Service]\nRuntimeDirectory=mysqld mariadbd\nRuntimeDirectoryPreserve=yes\n"
+
+
+def _host_target(local_db: bool) -> str:
+    units = ["systemd-journald.socket", "systemd-journald.service", "systemd-tmpfiles-setup.service",
+             "munge.service", *(["mariadb.service"] if local_db else []), "slurmdbd.service"]
+    return ("# slurmpod: the accounting host's default target\n"
+            f"[Unit]\nDescription=slurmpod accounting host\nWants={' '.join(units)}\nAllowIsolate=yes\n")
 
 
 def boot_files(munge_key: bytes, dbd_conf: str, *, password: str | None) -> list[NodeFile]:
     """A systemd accounting host's files before its first boot, so munge, MariaDB (seeded from the image's
-    template, the slurm user made by ``init-file``) and slurmdbd start during the boot itself. ``password=None``:
-    slurmdbd stores into an external database (no local MariaDB)."""
+    template, the slurm user made by ``init-file``) and slurmdbd start with the boot itself (``HOST_TARGET``).
+    ``password=None``: slurmdbd stores into an external database (no local MariaDB)."""
+    units = "/etc/systemd/system"
     files = [control.munge_key_file(munge_key),
              NodeFile(SLURMDBD_CONF, dbd_conf.encode(), 0o600, "slurm"),
-             NodeFile(f"{_WANTS}/slurmdbd.service", link=_SLURMDBD_UNIT)]
+             NodeFile(f"{_WANTS}/slurmdbd.service", link=_SLURMDBD_UNIT),
+             *(NodeFile(f"{units}/{unit}.service.d/{_EARLY_DROPIN}", _EARLY.encode(), 0o644)
+               for unit in ("munge", "slurmdbd")),
+             NodeFile(f"{units}/{HOST_TARGET}", _host_target(password is not None).encode(), 0o644),
+             NodeFile(f"{units}/default.target", link=f"{units}/{HOST_TARGET}")]
     if password is not None:
         files += [
             NodeFile(f"/etc/systemd/system/{SEED_UNIT}", _seed_unit().encode(), 0o644),
@@ -242,6 +270,7 @@ def boot_files(munge_key: bytes, dbd_conf: str, *, password: str | None) -> list
                       "# Debian's ExecStart first asks galera_recovery for a Galera position, and there is none\n"
                       f"[Unit]\nRequires={SEED_UNIT}\nAfter={SEED_UNIT}\n"
                       "[Service]\nExecStart=\nExecStart=/usr/sbin/mariadbd\n").encode(), 0o644),
+            NodeFile(f"{units}/mariadb.service.d/{_EARLY_DROPIN}", (_EARLY + _MARIADB_EARLY).encode(), 0o644),
             NodeFile("/etc/mysql/mariadb.conf.d/70-slurmpod-accounting.cnf",
                      f"# slurmpod: the slurm user of slurmdbd\n[mysqld]\ninit-file={INIT_SQL}\n".encode(), 0o644),
             NodeFile(INIT_SQL, slurm_user_sql(password), 0o600, "mysql"),

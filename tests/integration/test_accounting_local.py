@@ -15,6 +15,7 @@ import pytest
 
 from slurmpod.providers.base import SEEDED_MARKER
 from slurmpod.slurm.accounting import (
+    HOST_TARGET,
     MARIADB_TEMPLATE,
     MYSQL_DATADIR,
     accounting_instance_id,
@@ -143,6 +144,13 @@ def test_sacct_lists_finished_job(acct_server: ServerProcess) -> None:
                                timeout=10).returncode == 0
     seeded = runner.run(["test", "-e", f"{MYSQL_DATADIR}/{SEEDED_MARKER}"], timeout=10).returncode == 0
     assert seeded == template_boot
+    if template_boot:  # it booted only what it serves (HOST_TARGET), and its daemons still log to the journal
+        default = runner.run(["systemctl", "get-default"], timeout=10).stdout.strip()
+        assert default == HOST_TARGET
+        assert "active" not in runner.run(["systemctl", "is-active", "ssh.socket", "sockets.target", "basic.target"],
+                                          timeout=10).stdout.split()
+        journal = runner.run(["journalctl", "-u", "mariadb", "--no-pager"], timeout=10).stdout
+        assert "ready for connections" in journal, journal[-500:]
 
     # a restarted server re-adopts the accounting host (same address) and accounting keeps working
     acct_server.kill9()

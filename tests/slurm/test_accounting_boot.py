@@ -33,6 +33,19 @@ def test_local_database_host_starts_everything_at_boot() -> None:
     assert f"ExecStart=/bin/sh -c '{acct.seed_datadir_script()}'\n" in seed
     for unit in (dropin, seed):
         assert "$" not in unit and "%" not in unit  # no unit expansions
+    assert f"ConditionPathExists=!{acct.MYSQL_DATADIR}/{SEEDED_MARKER}\n" in seed  # the provider seeded it
+    # the host boots only what it serves, and those as the boot starts (not after basic.target)
+    assert files["/etc/systemd/system/default.target"].link == f"/etc/systemd/system/{acct.HOST_TARGET}"
+    target = files[f"/etc/systemd/system/{acct.HOST_TARGET}"].content.decode()
+    wanted = next(line for line in target.splitlines() if line.startswith("Wants=")).split("=", 1)[1].split()
+    assert {"munge.service", "mariadb.service", "slurmdbd.service", "systemd-journald.service"} <= set(wanted)
+    assert not {"multi-user.target", "basic.target", "sysinit.target", "ssh.service"} & set(wanted)
+    for unit in ("munge", "mariadb", "slurmdbd"):
+        early = files[f"/etc/systemd/system/{unit}.service.d/40-slurmpod-early.conf"].content.decode()
+        assert "DefaultDependencies=no\n" in early
+        assert "Conflicts=shutdown.target\nBefore=shutdown.target\n" in early  # stopped cleanly at shutdown
+    early = files["/etc/systemd/system/mariadb.service.d/40-slurmpod-early.conf"].content.decode()
+    assert "RuntimeDirectory=mysqld mariadbd\nRuntimeDirectoryPreserve=yes\n" in early  # tmpfiles may not have run
     wants = "/etc/systemd/system/multi-user.target.wants"
     assert files[f"{wants}/mariadb.service"].link == "/lib/systemd/system/mariadb.service"
     assert files["/etc/systemd/system/multi-user.target.wants/slurmdbd.service"].link == \
@@ -44,6 +57,8 @@ def test_external_database_host_has_no_local_mariadb() -> None:
     paths = set(_by_path(acct.boot_files(b"k", conf, password=None)))
     assert acct.SLURMDBD_CONF in paths and acct.INIT_SQL not in paths
     assert not any("mariadb" in p or "mysql" in p for p in paths)
+    target = _by_path(acct.boot_files(b"k", conf, password=None))[f"/etc/systemd/system/{acct.HOST_TARGET}"]
+    assert b"slurmdbd.service" in target.content and b"mariadb" not in target.content
 
 
 def test_seed_script_leaves_an_initialised_datadir_alone() -> None:

@@ -77,6 +77,11 @@ class Layout:
     def clusters(self) -> Path:
         return self.root / "clusters"
 
+    @property
+    def seed_pool(self) -> Path:
+        """Volumes' seeds copied ahead (``volumes.SeedPool``): on the volumes' filesystem, so taking one is a rename."""
+        return self.root / "seed-pool"
+
     def cluster(self, cluster_id: str) -> Path:
         return self.clusters / cluster_id
 

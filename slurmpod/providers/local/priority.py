@@ -18,3 +18,14 @@ def at_host_priority(argv: Sequence[str]) -> list[str]:
     if niceness <= 0 or os.geteuid() != 0:
         return list(argv)
     return ["nice", "-n", str(-niceness), "--", *argv]
+
+
+#: an autogroup's niceness: the kernel shares the CPU between sessions first (``sched_autogroup_enabled``), so a
+#: process's own niceness only ranks it inside its session
+_IDLE_SESSION = 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 ionice -c 3 "$@"'
+
+
+def when_idle(argv: Sequence[str]) -> list[str]:
+    """``argv`` run only with CPU and disk time nothing else wants: a session of its own (``setsid``) whose
+    autogroup and process are at niceness 19, in the idle I/O class."""
+    return ["setsid", "--wait", "sh", "-c", _IDLE_SESSION, "sh", *argv]

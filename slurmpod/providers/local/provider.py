@@ -49,7 +49,7 @@ from slurmpod.providers.local.sysnode import (
     systemd_image,
     wait_started,
 )
-from slurmpod.providers.local.volumes import seed_volume
+from slurmpod.providers.local.volumes import SeedPool, seed_volume
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,8 @@ class LocalProvider:
         self.pkgproxy = self.services.pkgproxy
         # IMDS at 169.254.169.254 in every node (imds.py, imds_attach.py)
         self.imds = ImdsAttachments(lambda rec: self._meta(rec.cluster_id, rec.instance_id))
+        # seeded volumes (the accounting host's database) copied ahead of time: a launch renames one (volumes.py)
+        self.seed_pool = SeedPool(self.layout.seed_pool)
 
     # ------------------------------------------------------------------ clusters
 
@@ -188,7 +190,8 @@ class LocalProvider:
             try:
                 for vol in request.volumes:
                     if vol.seed:
-                        seed_volume(self.layout.volume(rec.cluster_id, vol.name), rec.image_root, vol.seed)
+                        seed_volume(self.layout.volume(rec.cluster_id, vol.name), rec.image_root, vol.seed,
+                                    self.seed_pool)
                 self._boot(rec, request.files)
                 self._imds_attach(rec, required=True)
             except BaseException:
@@ -445,11 +448,19 @@ class LocalProvider:
         """Server start: the host-side services of the nodes."""
         self.start_imds()  # instance metadata in every node (imds.py)
         self.services.resume()  # apt/pip for lifecycle scripts, images for containers (bridgeservices.py)
+        self.seed_pool.resume()
 
     def close(self) -> None:
         """Server stop: stops them (the nodes keep running; ``start_services`` serves them again)."""
         self.close_imds()  # instance metadata (imds.py)
         self.services.close()  # package proxy, container registry (bridgeservices.py)
+        self.seed_pool.close()  # a copy under way ends first
+
+    def warm_seed(self, image_root: str, seed: str) -> None:
+        """``SeedWarming``: a volume seeded from ``seed`` of this image will be asked for; a copy is made ahead, in
+        the background, at idle priority (nothing when the image has no such directory)."""
+        if Path(image_root).is_dir():
+            self.seed_pool.refill_soon(image_root, seed)
 
     # ------------------------------------------------------------------ helpers
 

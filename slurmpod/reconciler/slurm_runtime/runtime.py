@@ -127,6 +127,11 @@ class SlurmRuntime:
             return False
         return self.internal_accounting or cluster.spec.accounting_database is not None
 
+    def warm(self) -> None:
+        """Server start: what the first cluster's boot will need made ahead (the accounting host's database)."""
+        if self.accounting is not None and self.internal_accounting:
+            self.accounting.warm()
+
     def ensure_accounting(self, cluster: ClusterRecord) -> AccountingConfig | None:
         if self.accounting is None or not self.wants_accounting(cluster):
             return None

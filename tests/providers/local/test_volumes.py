@@ -4,6 +4,8 @@ accounting host's MariaDB datadir starts as the image's template before the host
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,98 @@ def test_a_failed_copy_leaves_no_volume_and_no_partial_copy(tmp_path: Path, monk
     with pytest.raises(TemporaryProviderError):
         seed_volume(vol, str(root), "/usr/share/tmpl")
     assert list(vol.parent.iterdir()) == []
+
+
+# ---- SeedPool: copies made ahead, taken by a rename
+
+
+def _pool(tmp_path: Path) -> volumes.SeedPool:
+    return volumes.SeedPool(tmp_path / "volumes-fs" / "seed-pool")
+
+
+def test_a_ready_copy_of_the_pool_becomes_the_volume(tmp_path: Path) -> None:
+    root = _image(tmp_path)
+    pool = _pool(tmp_path)
+    assert pool.fill(str(root), "/usr/share/tmpl")
+    assert not pool.fill(str(root), "/usr/share/tmpl")  # one ready copy per source
+    [entry] = pool.ready(str(root), "/usr/share/tmpl")
+    assert (entry / SEEDED_MARKER).is_file() and (entry / "ibdata1").stat().st_blocks == 0
+    inode = entry.stat().st_ino
+    vol = tmp_path / "volumes-fs" / "cluster" / "db"
+    assert seed_volume(vol, str(root), "/usr/share/tmpl", pool)
+    assert vol.stat().st_ino == inode  # renamed, not copied
+    assert (vol / "mysql" / "db.opt").read_text() == "x"
+    assert pool.ready(str(root), "/usr/share/tmpl") == []
+    # taking does not start the next copy (it would compete with the booting node's database for the disk)
+    time.sleep(0.2)
+    assert pool.ready(str(root), "/usr/share/tmpl") == []
+    other = tmp_path / "volumes-fs" / "cluster" / "db2"
+    assert seed_volume(other, str(root), "/usr/share/tmpl", pool)  # an empty pool: copied as before
+    assert (other / SEEDED_MARKER).is_file()
+
+
+def test_copies_are_per_image_and_seed(tmp_path: Path) -> None:
+    root = _image(tmp_path)
+    (root / "usr/share/other").mkdir(parents=True)
+    pool = _pool(tmp_path)
+    assert pool.fill(str(root), "/usr/share/tmpl")
+    assert pool.ready(str(root), "/usr/share/other") == []
+    assert not pool.fill(str(root), "/usr/share/none")  # the image has no such directory: nothing made
+    vol = tmp_path / "volumes-fs" / "db"
+    assert seed_volume(vol, str(root), "/usr/share/other", pool)
+    assert sorted(p.name for p in vol.iterdir()) == [SEEDED_MARKER]
+    assert len(pool.ready(str(root), "/usr/share/tmpl")) == 1  # the other seed's copy is still there
+
+
+def test_the_pool_drops_dead_partials_and_copies_of_images_gone(tmp_path: Path) -> None:
+    root = _image(tmp_path)
+    gone = _image(tmp_path / "old")
+    pool = _pool(tmp_path)
+    assert pool.fill(str(gone), "/usr/share/tmpl")
+    stale = pool.root / ".abc.seeding-dead"
+    stale.mkdir()
+    os.utime(stale, (time.time() - volumes.STALE_PARTIAL - 5,) * 2)
+    fresh = pool.root / ".abc.seeding-live"  # another process is making it right now
+    fresh.mkdir()
+    shutil.rmtree(gone)
+    assert pool.fill(str(root), "/usr/share/tmpl")
+    names = sorted(p.name for p in pool.root.iterdir())
+    assert ".abc.seeding-live" in names and ".abc.seeding-dead" not in names
+    assert names == sorted([".abc.seeding-live", *(p.name for p in pool.ready(str(root), "/usr/share/tmpl")),
+                            f"{pool.key(str(root), '/usr/share/tmpl')}.source"])
+
+
+def test_refill_in_the_background_and_close_waits_for_it(tmp_path: Path) -> None:
+    root = _image(tmp_path)
+    pool = _pool(tmp_path)
+    pool.refill_soon(str(root), "/usr/share/tmpl")
+    pool.close()  # the copy under way ends first; nothing is left half-made
+    assert [p for p in pool.root.iterdir() if ".seeding-" in p.name] == [] if pool.root.exists() else True
+    made = pool.ready(str(root), "/usr/share/tmpl")
+    pool.refill_soon(str(root), "/usr/share/tmpl")  # closed: ignored
+    assert pool.ready(str(root), "/usr/share/tmpl") == made
+    pool.resume()
+    for entry in made:
+        shutil.rmtree(entry)
+    pool.refill_soon(str(root), "/usr/share/tmpl")
+    deadline = time.monotonic() + 30
+    while not pool.ready(str(root), "/usr/share/tmpl") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pool.close()
+    assert len(pool.ready(str(root), "/usr/share/tmpl")) == 1
+
+
+def test_a_pool_copy_is_made_at_idle_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _image(tmp_path)
+    seen: list[list[str]] = []
+    real = volumes.host_run
+
+    def spy(argv: list[str], **kw: object) -> object:
+        seen.append(list(argv))
+        return real(argv, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(volumes, "host_run", spy)
+    assert _pool(tmp_path).fill(str(root), "/usr/share/tmpl")
+    cp = next(a for a in seen if "cp" in a)
+    assert cp[:2] == ["setsid", "--wait"] and "echo 19 > /proc/self/autogroup" in cp[4]
+    assert any("sync" in a for a in seen)  # written out before a node's database fsyncs
