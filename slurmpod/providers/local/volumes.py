@@ -16,11 +16,13 @@ import logging
 import os
 import secrets
 import shutil
+import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from slurmpod.providers.base import SEEDED_MARKER, ProviderError
+from slurmpod.providers.base import SEEDED_MARKER, ProviderError, TemporaryProviderError
 from slurmpod.providers.local.commands import host_run
 from slurmpod.providers.local.priority import when_idle
 
@@ -36,15 +38,19 @@ def _source(image_root: str, seed: str) -> Path | None:
     return source if source.is_dir() and not source.is_symlink() else None
 
 
-def _copy(source: Path, dest: Path, *, idle: bool = False) -> None:
-    """``dest`` (absent) becomes a whole copy of ``source`` with ``SEEDED_MARKER`` in it, or stays absent."""
+def _run(argv: list[str]) -> None:
+    host_run(argv, timeout=SEED_TIMEOUT)
+
+
+def _copy(source: Path, dest: Path, run: Callable[[list[str]], None] = _run, *, flush: bool = False) -> None:
+    """``dest`` (absent) becomes a whole copy of ``source`` with ``SEEDED_MARKER`` in it, or stays absent.
+    ``flush``: written out before it is renamed (not by the next fsync of a node's database)."""
     partial = dest.with_name(f".{dest.name}.seeding-{secrets.token_hex(4)}")
     try:
-        argv = ["cp", "-a", "--sparse=always", "--", str(source), str(partial)]
-        host_run(when_idle(argv) if idle else argv, timeout=SEED_TIMEOUT)
+        run(["cp", "-a", "--sparse=always", "--", str(source), str(partial)])
         (partial / SEEDED_MARKER).touch()
-        if idle:  # written out now, not by the next fsync of a node's database
-            host_run(when_idle(["sync", "-f", str(partial)]), timeout=SEED_TIMEOUT)
+        if flush:
+            run(["sync", "-f", str(partial)])
         os.rename(partial, dest)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
@@ -75,6 +81,7 @@ class SeedPool:
         self._wanted: dict[str, tuple[str, str]] = {}
         self._cond = threading.Condition()
         self._worker: threading.Thread | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._closed = False
 
     @staticmethod
@@ -108,8 +115,29 @@ class SeedPool:
         key = self.key(image_root, seed)
         self._prune(key)
         (self.root / f"{key}.source").write_text(f"{image_root}\n{seed}\n")
-        _copy(source, self.root / f"{key}.{secrets.token_hex(4)}", idle=True)
+        _copy(source, self.root / f"{key}.{secrets.token_hex(4)}", self._run_idle, flush=True)
         return True
+
+    def _run_idle(self, argv: list[str]) -> None:
+        """``argv`` at idle priority (``when_idle``); ``close`` ends it."""
+        with self._cond:
+            if self._closed:
+                raise TemporaryProviderError("the seed pool is closed")
+            proc = subprocess.Popen(when_idle(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # noqa: S603
+                                    stderr=subprocess.PIPE)
+            self._proc = proc
+        try:
+            _, err = proc.communicate(timeout=SEED_TIMEOUT)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.wait()
+            raise TemporaryProviderError(f"timed out after {SEED_TIMEOUT:.0f}s: {' '.join(argv)}") from exc
+        finally:
+            with self._cond:
+                self._proc = None
+        if proc.returncode != 0:
+            raise TemporaryProviderError(f"{' '.join(argv)} failed ({proc.returncode}): "
+                                         f"{err.decode(errors='replace').strip()[-300:]}")
 
     def _prune(self, keep: str) -> None:
         """Removes copies in the making that a dead process left, and the copies of images that are gone."""
@@ -151,18 +179,21 @@ class SeedPool:
             try:
                 self.fill(image_root, seed)
             except (OSError, ProviderError) as exc:  # the next launch copies for itself
-                log.warning("seed pool: no copy of %s of %s made ahead: %s", seed, image_root, exc)
+                if not self._closed:
+                    log.warning("seed pool: no copy of %s of %s made ahead: %s", seed, image_root, exc)
 
     def resume(self) -> None:
         """Fills again after ``close`` (a server started again in the same process)."""
         with self._cond:
             self._closed = False
 
-    def close(self, timeout: float = SEED_TIMEOUT) -> None:
-        """No new fills; waits for the one under way (it ends in seconds)."""
+    def close(self, timeout: float = 30.0) -> None:
+        """No new fills; a copy under way is ended (its partial copy removed) and waited for."""
         with self._cond:
             self._closed = True
             self._wanted.clear()
-            worker = self._worker
+            worker, proc = self._worker, self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()  # setsid did not fork (the caller is no group leader): this is cp, sync or their shell
         if worker is not None:
             worker.join(timeout)

@@ -76,11 +76,12 @@ Phase = Callable[["SlurmRuntime", ClusterRecord, NodeRecord, InstanceGroupSpec, 
 
 def launched(rt: SlurmRuntime, cluster: ClusterRecord, node: NodeRecord, group: InstanceGroupSpec,
              nodes: Sequence[NodeRecord]) -> Mapping[str, Any]:
-    rt.provider.prepare_cluster(cluster.cluster_id)
     if rt.accounting is not None and rt.wants_accounting(cluster) and group.node_type == NodeType.CONTROLLER:
-        # the accounting host boots in parallel with the controller; daemons() waits for it
+        # the accounting host boots in parallel with the controller (its thread prepares the cluster's network
+        # too, one of them waits for the other); daemons() waits for it
         rt.accounting.begin(cluster.cluster_id, cluster.name, rt.munge_key(cluster.cluster_id),
                             rt.external_db(cluster), rt.accounting_image(cluster))
+    rt.provider.prepare_cluster(cluster.cluster_id)
     inst = rt.provider.launch(rt.request(cluster, node))
     return {"ip": inst.ip, "hostname": inst.hostname}
 

@@ -128,8 +128,8 @@ def test_refill_in_the_background_and_close_waits_for_it(tmp_path: Path) -> None
     root = _image(tmp_path)
     pool = _pool(tmp_path)
     pool.refill_soon(str(root), "/usr/share/tmpl")
-    pool.close()  # the copy under way ends first; nothing is left half-made
-    assert [p for p in pool.root.iterdir() if ".seeding-" in p.name] == [] if pool.root.exists() else True
+    pool.close()  # the copy under way is ended; nothing is left half-made
+    assert not pool.root.exists() or [p for p in pool.root.iterdir() if ".seeding-" in p.name] == []
     made = pool.ready(str(root), "/usr/share/tmpl")
     pool.refill_soon(str(root), "/usr/share/tmpl")  # closed: ignored
     assert pool.ready(str(root), "/usr/share/tmpl") == made
@@ -147,14 +147,29 @@ def test_refill_in_the_background_and_close_waits_for_it(tmp_path: Path) -> None
 def test_a_pool_copy_is_made_at_idle_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _image(tmp_path)
     seen: list[list[str]] = []
-    real = volumes.host_run
+    real = volumes.when_idle
 
-    def spy(argv: list[str], **kw: object) -> object:
+    def spy(argv: list[str]) -> list[str]:
         seen.append(list(argv))
-        return real(argv, **kw)  # type: ignore[arg-type]
+        return real(argv)
 
-    monkeypatch.setattr(volumes, "host_run", spy)
+    monkeypatch.setattr(volumes, "when_idle", spy)
     assert _pool(tmp_path).fill(str(root), "/usr/share/tmpl")
-    cp = next(a for a in seen if "cp" in a)
-    assert cp[:2] == ["setsid", "--wait"] and "echo 19 > /proc/self/autogroup" in cp[4]
-    assert any("sync" in a for a in seen)  # written out before a node's database fsyncs
+    assert [a[0] for a in seen] == ["cp", "sync"]  # written out before a node's database fsyncs
+
+
+def test_close_ends_a_copy_under_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _image(tmp_path)
+    monkeypatch.setattr(volumes, "when_idle", lambda argv: ["sleep", "60"])  # a copy that takes a minute
+    pool = _pool(tmp_path)
+    pool.refill_soon(str(root), "/usr/share/tmpl")
+    deadline = time.monotonic() + 10
+    while pool._proc is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc = pool._proc
+    assert proc is not None
+    t0 = time.monotonic()
+    pool.close()
+    assert time.monotonic() - t0 < 10 and proc.poll() is not None  # ended, not waited for
+    assert pool.ready(str(root), "/usr/share/tmpl") == []
+    assert [p.name for p in pool.root.iterdir() if ".seeding-" in p.name] == []
