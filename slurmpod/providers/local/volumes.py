@@ -104,6 +104,9 @@ class SeedPool:
                 return True
             except FileNotFoundError:  # another process took it first
                 continue
+            except OSError as exc:  # e.g. the volumes moved to another filesystem: copied as without a pool
+                log.warning("seed pool: cannot rename %s to %s: %s", entry, volume, exc)
+                return False
         return False
 
     def fill(self, image_root: str, seed: str) -> bool:

@@ -173,3 +173,21 @@ def test_close_ends_a_copy_under_way(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert time.monotonic() - t0 < 10 and proc.poll() is not None  # ended, not waited for
     assert pool.ready(str(root), "/usr/share/tmpl") == []
     assert [p.name for p in pool.root.iterdir() if ".seeding-" in p.name] == []
+
+
+def test_a_copy_that_cannot_be_renamed_there_is_copied_instead(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _image(tmp_path)
+    pool = _pool(tmp_path)
+    assert pool.fill(str(root), "/usr/share/tmpl")
+    real = os.rename
+
+    def cross_device(src: object, dst: object) -> None:
+        if "seed-pool" in str(src):
+            raise OSError(18, "Invalid cross-device link")
+        real(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(volumes.os, "rename", cross_device)
+    vol = tmp_path / "elsewhere" / "db"
+    assert seed_volume(vol, str(root), "/usr/share/tmpl", pool)
+    assert (vol / SEEDED_MARKER).is_file() and (vol / "mysql" / "db.opt").read_text() == "x"
