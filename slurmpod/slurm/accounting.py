@@ -263,8 +263,8 @@ def boot_files(munge_key: bytes, dbd_conf: str, *, password: str | None) -> list
              NodeFile(f"{units}/default.target", link=f"{units}/{HOST_TARGET}")]
     if password is not None:
         files += [
-            NodeFile(f"/etc/systemd/system/{SEED_UNIT}", _seed_unit().encode(), 0o644),
-            NodeFile("/etc/systemd/system/mariadb.service.d/50-slurmpod-accounting.conf",
+            NodeFile(f"{units}/{SEED_UNIT}", _seed_unit().encode(), 0o644),
+            NodeFile(f"{units}/mariadb.service.d/50-slurmpod-accounting.conf",
                      ("# slurmpod: the accounting host's datadir is seeded from the image before the first start\n"
                       "# (a unit of its own, run at the very start of the boot); mariadbd started directly:\n"
                       "# Debian's ExecStart first asks galera_recovery for a Galera position, and there is none\n"

@@ -459,8 +459,7 @@ class LocalProvider:
     def warm_seed(self, image_root: str, seed: str) -> None:
         """``SeedWarming``: a volume seeded from ``seed`` of this image will be asked for; a copy is made ahead, in
         the background, at idle priority (nothing when the image has no such directory)."""
-        if Path(image_root).is_dir():
-            self.seed_pool.refill_soon(image_root, seed)
+        self.seed_pool.refill_soon(image_root, seed)
 
     # ------------------------------------------------------------------ helpers
 

@@ -162,7 +162,7 @@ class SeedPool:
                     p.unlink(missing_ok=True)
 
     def refill_soon(self, image_root: str, seed: str) -> None:
-        """``fill`` in the background (one worker thread; ``close`` waits for it)."""
+        """``fill`` in the background (one worker thread; ``close`` ends a copy under way)."""
         with self._cond:
             if self._closed:
                 return
