@@ -40,7 +40,7 @@ from slurmpod.lifecycle.rootfs import RootfsError, dpkg_versions, resolve_in_roo
 from slurmpod.slurm.accounting import MARIADB_TEMPLATE, MYSQL_DATADIR
 from slurmpod.slurm.units import PLACEHOLDER, SLURMD_ENV
 
-RECIPE_VERSION = 12
+RECIPE_VERSION = 13
 
 MASKED = (
     "getty@tty1.service", "console-getty.service", "systemd-firstboot.service",

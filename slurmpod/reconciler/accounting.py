@@ -34,6 +34,7 @@ from pathlib import Path
 
 from slurmpod.domain.slurm_release import major_of
 from slurmpod.files import secret_file, write_atomic
+from slurmpod.lifecycle import acctschema
 from slurmpod.lifecycle.images import BUILTIN, Image
 from slurmpod.providers.base import (
     CommandResult,
@@ -274,7 +275,7 @@ class AccountingService:
             log.warning("cluster %s: accounting host not ready yet: %s", cluster_name, exc)
 
     def _request(self, cluster_id: str, cluster_name: str, munge_key: bytes,
-                 external: ExternalDatabase | None, image: Image) -> InstanceRequest:
+                 external: ExternalDatabase | None, image: Image, seed_sql: bytes = b"") -> InstanceRequest:
         # a new database volume starts as the image's template datadir, copied by the provider before the host
         # boots (the host's seed unit then has nothing to do), when the host's boot brings MariaDB up from it
         template = self._template_boot(image)
@@ -284,19 +285,20 @@ class AccountingService:
             cluster_id=cluster_id, instance_id=self.instance_id(cluster_id), group=ACCOUNTING_GROUP,
             instance_type=self.instance_type, image_id=image.image_id, image_root=image.root,
             volumes=(volume,), labels={"slurmpod/cluster": cluster_name, "slurmpod/group": ACCOUNTING_GROUP},
-            files=tuple(self._boot_files(cluster_id, munge_key, external, image, template)),
+            files=tuple(self._boot_files(cluster_id, munge_key, external, image, template, seed_sql)),
         )
 
     def _boot_files(self, cluster_id: str, munge_key: bytes, external: ExternalDatabase | None,
-                    image: Image, template: bool) -> list[NodeFile]:
+                    image: Image, template: bool, seed_sql: bytes = b"") -> list[NodeFile]:
         """On a systemd image with MariaDB's template datadir: everything the host needs to come up with munge,
-        MariaDB and slurmdbd running at the end of its boot (``acct.boot_files``); else only the munge key."""
+        MariaDB and slurmdbd running at the end of its boot (``acct.boot_files``, MariaDB's ``init-file`` renaming
+        the template's seed cluster to this one: ``seed_sql``); else only the munge key."""
         if not _systemd(image):
             return []
         if external is None and not template:  # ``_template_boot``
             return [control.munge_key_file(munge_key)]
         conf, password = self._dbd_conf(cluster_id, external, image)
-        return acct.boot_files(munge_key, conf, password=password)
+        return acct.boot_files(munge_key, conf, password=password, seed_sql=seed_sql if password else b"")
 
     @staticmethod
     def _template_boot(image: Image) -> bool:
@@ -319,7 +321,8 @@ class AccountingService:
                 external: ExternalDatabase | None, image: Image) -> AccountingConfig:
         t0 = time.monotonic()
         self.provider.prepare_cluster(cluster_id)
-        request = self._request(cluster_id, cluster_name, munge_key, external, image)
+        seed_sql = _seed_sql(image, cluster_name) if external is None and self._template_boot(image) else b""
+        request = self._request(cluster_id, cluster_name, munge_key, external, image, seed_sql)
         running = self.image_of(cluster_id)
         iid = self.instance_id(cluster_id)
         if running.image_id != image.image_id and any(i.instance_id == iid
@@ -339,7 +342,8 @@ class AccountingService:
         r = self.provider.runner(cluster_id, inst.instance_id)
         systemd = _systemd(image)
         conf, password = self._dbd_conf(cluster_id, external, image)
-        if any(f.path == acct.INIT_SQL for f in request.files) and self._booted_ready(r, conf, cluster_name):
+        if any(f.path == acct.INIT_SQL for f in request.files) and self._booted_ready(
+                r, conf, None if seed_sql else cluster_name):
             log.info("cluster %s: accounting host up in %.2fs (its boot started munge, MariaDB and slurmdbd)",
                      cluster_name, time.monotonic() - t0)
             if any(v.seed for v in request.volumes):
@@ -361,13 +365,14 @@ class AccountingService:
                  cluster_name, time.monotonic() - t0, t1 - t0, t2 - t1, time.monotonic() - t2)
         return AccountingConfig(host_ip=inst.ip, port=SLURMDBD_PORT)
 
-    def _booted_ready(self, r: CommandRunner, conf: str, cluster_name: str) -> bool:
+    def _booted_ready(self, r: CommandRunner, conf: str, cluster_name: str | None) -> bool:
         """A host whose boot files brought its daemons up: ready once one in-node wait says so (at most
-        ``BOOTED_WAIT`` s; it adds the cluster to the database too); False sends ``_ensure`` down the step-by-step
-        path, which repairs and reports."""
+        ``BOOTED_WAIT`` s; given a ``cluster_name``, it adds the cluster to the database too: None when MariaDB's
+        ``init-file`` made it from the image's seed cluster); False sends ``_ensure`` down the step-by-step path,
+        which repairs and reports."""
         wait = min(self.ready_timeout, BOOTED_WAIT)
         argv = acct.booted_ready_argv(hashlib.sha256(conf.encode()).hexdigest(), wait,
-                                      slurm_cluster_name(cluster_name))
+                                      slurm_cluster_name(cluster_name) if cluster_name is not None else None)
         try:
             return _run(r, argv, timeout=wait + 10).returncode == 0
         except ProviderError:
@@ -463,6 +468,20 @@ class AccountingService:
                 raise AccountingError(f"{what}: the process exited", tail())
             time.sleep(POLL)
 
+
+
+def _seed_sql(image: Image, cluster_name: str) -> bytes:
+    """The ``init-file`` SQL that makes the image's seed cluster this cluster (``acct.seed_cluster_sql``); empty when
+    the image has no seed cluster (one built before recipe 13) or the name cannot be a table name's prefix: then the
+    host adds the cluster with ``sacctmgr`` (``_booted_ready``), as before."""
+    seed = acctschema.seed_cluster(Path(image.root))
+    if seed is None:
+        return b""
+    try:
+        return acct.seed_cluster_sql(seed, slurm_cluster_name(cluster_name))
+    except ValueError as exc:
+        log.warning("cluster %s: the image's seed cluster is not used: %s", cluster_name, exc)
+        return b""
 
 
 def _systemd(image: Image) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+from dataclasses import dataclass
 
 from slurmpod.providers.base import SEEDED_MARKER, NodeFile
 from slurmpod.slurm import control
@@ -52,6 +53,8 @@ _WANTS = "/etc/systemd/system/multi-user.target.wants"
 
 _HOST_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*$")
 _SQL_NAME_OK = re.compile(r"^[A-Za-z0-9_$]+$")
+#: a table name slurmpod writes into SQL: what Slurm's lowercase cluster names and table suffixes hold, <= 64 chars
+_SQL_TABLE_OK = re.compile(r"^[a-z0-9_]{1,64}$")
 #: characters safe inside a single-quoted SQL string *and* as a slurmdbd.conf value (no '#', no spaces)
 _PASS_OK = re.compile(r"^[A-Za-z0-9_\-.+/=@%:,^~]+$")
 
@@ -164,27 +167,36 @@ def background_argv(log_file: str, argv: list[str]) -> list[str]:
     return ["sh", "-c", 'log=$1; shift; setsid "$@" >>"$log" 2>&1 </dev/null &', "sh", log_file, *argv]
 
 
-def booted_ready_argv(conf_sha256: str, timeout: float, cluster: str, poll: float = 0.02) -> list[str]:
+def booted_ready_argv(conf_sha256: str, timeout: float, cluster: str | None, poll: float = 0.02) -> list[str]:
     """One in-node command for a systemd host that brought munge, MariaDB (seeded, its slurm user made by
     ``init-file``) and slurmdbd up during its boot (``boot_files``): exit 2 at once when slurmdbd.conf is not the
     expected text; else waits until munge, MariaDB and slurmdbd are active and slurmdbd accepts on its port (it
     listens only once connected to its database, so MariaDB answers too), then marks the datadir initialised
-    (``INIT_MARKER``, as the step-by-step path does) and adds ``cluster`` (slurm.conf's ClusterName) to the
-    database, as Slurm's accounting guide has it done before slurmctld's first start: exit 0. Exit 1 after
-    ``timeout`` seconds or as soon as a unit failed. (One command instead of ~10, each of which costs a process tree
-    in the node; the caller falls back to the step-by-step path on any non-zero exit.)"""
+    (``INIT_MARKER``, as the step-by-step path does) and, given a ``cluster`` (slurm.conf's ClusterName), adds it
+    to the database, as Slurm's accounting guide has it done before slurmctld's first start (``None``: the
+    ``init-file`` made it from the image's seed cluster, ``seed_cluster_sql``): exit 0. Exit 1 after ``timeout``
+    seconds or as soon as a unit failed. (One command instead of ~10, each of which costs a process tree in the
+    node; the caller falls back to the step-by-step path on any non-zero exit.)"""
     failed = "systemctl is-failed --quiet mariadb slurmdbd munge && exit 1"
     late = f"[ $SECONDS -lt {int(timeout) + 1} ] || exit 1"
+    add = add_cluster_script(cluster) if cluster is not None else "exit 0"
     script = (
         f'echo "{conf_sha256}  {SLURMDBD_CONF}" | sha256sum -c --status 2>/dev/null || exit 2; '
         f'until systemctl is-active --quiet munge mariadb slurmdbd && '
         f'(exec 3<>/dev/tcp/127.0.0.1/{int(SLURMDBD_PORT)}) 2>/dev/null; do {failed}; {late}; sleep {poll}; done; '
-        f'touch {INIT_MARKER} || exit 1; {add_cluster_script(cluster)}')
+        f'touch {INIT_MARKER} || exit 1; {add}')
     return ["bash", "-c", script]
 
 
 #: the slurm.conf ``sacctmgr`` reads on an accounting host (it runs no slurmctld and has no slurm.conf of its own)
 SACCTMGR_CONF = "/run/slurmpod-sacctmgr.conf"
+
+
+def sacctmgr_conf(cluster: str) -> str:
+    """The few slurm.conf lines ``sacctmgr`` needs to reach the slurmdbd of the host it runs on."""
+    return "\n".join([f"ClusterName={cluster}", "SlurmctldHost=localhost",
+                       "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
+                       f"AccountingStoragePort={int(SLURMDBD_PORT)}"]) + "\n"
 
 
 def add_cluster_script(cluster: str) -> str:
@@ -193,11 +205,59 @@ def add_cluster_script(cluster: str) -> str:
     fails: a cluster already there is left alone (sacctmgr: "already exists. Not adding.", nothing changed), and
     a failure only leaves the adding to slurmctld's registration, as without this."""
     name = shlex.quote(cluster)
-    conf = "\\n".join([f"ClusterName={cluster}", "SlurmctldHost=localhost",
-                        "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=localhost",
-                        f"AccountingStoragePort={int(SLURMDBD_PORT)}"])
-    return (f"printf '{conf}\\n' > {SACCTMGR_CONF} && "
+    conf = sacctmgr_conf(cluster).replace("\n", "\\n")
+    return (f"printf '{conf}' > {SACCTMGR_CONF} && "
             f"SLURM_CONF={SACCTMGR_CONF} timeout 20 sacctmgr -i add cluster {name} >/dev/null 2>&1; exit 0")
+
+
+#: the cluster an image's accounting template holds (``lifecycle.acctschema``): each accounting host's first
+#: MariaDB start renames it to the cluster's own (``seed_cluster_sql``), instead of slurmdbd creating its ~20 tables
+SEED_CLUSTER = "slurmpod_seed"
+
+
+@dataclass(frozen=True)
+class SeedCluster:
+    """What the image's template holds of ``SEED_CLUSTER``: its tables' suffixes (``job_table``, ...) and whether
+    ``cluster_table`` has Slurm's cluster ``id`` column (23.02 and later; not 22.05)."""
+
+    tables: tuple[str, ...]
+    cluster_id: bool
+
+
+def seed_cluster_sql(seed: SeedCluster, cluster: str, *, database: str = STORAGE_LOC) -> bytes:
+    """SQL for the ``init-file`` (after ``slurm_user_sql``): the template's seed cluster becomes ``cluster``
+    (slurm.conf's ClusterName), as if slurmdbd had just added it: its tables renamed in one atomic statement; their
+    definitions in
+    ``table_defs_table`` renamed too (else slurmdbd's start compares them, finds none and ALTERs every table); its
+    ``cluster_table`` and ``txn_table`` rows renamed, dated now, and (where Slurm has one) a new random cluster id
+    in 2..4095, as ``sacctmgr add cluster`` draws it. Every start runs it: once renamed, nothing matches, so it
+    changes nothing (a database that never held the seed, e.g. one kept from an older image, likewise).
+    ``ValueError`` when a name cannot be written into SQL safely."""
+    if not _SQL_NAME_OK.match(database):
+        raise ValueError(f"invalid SQL name {database!r}")
+    if not seed.tables:
+        raise ValueError("the seed cluster has no tables")
+    pairs = []
+    for suffix in seed.tables:
+        old, new = f"{SEED_CLUSTER}_{suffix}", f"{cluster}_{suffix}"
+        for name in (old, new):
+            if not _SQL_TABLE_OK.match(name):
+                raise ValueError(f"table name {name!r} cannot be written into SQL (lowercase letters, digits and "
+                                 "'_', at most 64 characters)")
+        pairs.append(f"`{database}`.`{old}` TO `{database}`.`{new}`")
+    db, seed_name = f"`{database}`", SEED_CLUSTER
+    new_id = ", id=FLOOR(2 + RAND() * 4094)" if seed.cluster_id else ""
+    return (
+        f"RENAME TABLE IF EXISTS {', '.join(pairs)};\n"
+        f"UPDATE {db}.table_defs_table SET table_name=REPLACE(table_name, '\"{seed_name}_', '\"{cluster}_'), "
+        f"definition=REPLACE(definition, '\"{seed_name}_', '\"{cluster}_') "
+        f"WHERE table_name LIKE '\"{seed_name}\\_%';\n"
+        f"UPDATE {db}.txn_table SET timestamp=UNIX_TIMESTAMP(), "
+        f"name=IF(name='{seed_name}', '{cluster}', name), cluster=IF(cluster='{seed_name}', '{cluster}', cluster) "
+        f"WHERE name='{seed_name}' OR cluster='{seed_name}';\n"
+        f"UPDATE {db}.cluster_table SET name='{cluster}', creation_time=UNIX_TIMESTAMP(), "
+        f"mod_time=UNIX_TIMESTAMP(){new_id} WHERE name='{seed_name}';\n"
+    ).encode()
 
 
 def port_probe_argv(port: int, host: str = "127.0.0.1") -> list[str]:
@@ -249,10 +309,11 @@ def _host_target(local_db: bool) -> str:
             f"[Unit]\nDescription=slurmpod accounting host\nWants={' '.join(units)}\nAllowIsolate=yes\n")
 
 
-def boot_files(munge_key: bytes, dbd_conf: str, *, password: str | None) -> list[NodeFile]:
+def boot_files(munge_key: bytes, dbd_conf: str, *, password: str | None, seed_sql: bytes = b"") -> list[NodeFile]:
     """A systemd accounting host's files before its first boot, so munge, MariaDB (seeded from the image's
-    template, the slurm user made by ``init-file``) and slurmdbd start with the boot itself (``HOST_TARGET``).
-    ``password=None``: slurmdbd stores into an external database (no local MariaDB)."""
+    template, the slurm user made by ``init-file``, then ``seed_sql``: ``seed_cluster_sql``) and slurmdbd start with
+    the boot itself (``HOST_TARGET``). ``password=None``: slurmdbd stores into an external database (no local
+    MariaDB). (MariaDB stops running an init-file at its first failing statement: the user comes first.)"""
     units = "/etc/systemd/system"
     files = [control.munge_key_file(munge_key),
              NodeFile(SLURMDBD_CONF, dbd_conf.encode(), 0o600, "slurm"),
@@ -273,7 +334,7 @@ def boot_files(munge_key: bytes, dbd_conf: str, *, password: str | None) -> list
             NodeFile(f"{units}/mariadb.service.d/{_EARLY_DROPIN}", (_EARLY + _MARIADB_EARLY).encode(), 0o644),
             NodeFile("/etc/mysql/mariadb.conf.d/70-slurmpod-accounting.cnf",
                      f"# slurmpod: the slurm user of slurmdbd\n[mysqld]\ninit-file={INIT_SQL}\n".encode(), 0o644),
-            NodeFile(INIT_SQL, slurm_user_sql(password), 0o600, "mysql"),
+            NodeFile(INIT_SQL, slurm_user_sql(password) + seed_sql, 0o600, "mysql"),
             NodeFile(f"{_WANTS}/mariadb.service", link=_MARIADB_UNIT),
         ]
     return files

@@ -7,12 +7,14 @@ re-adopts the host, and that deleting the cluster removes it. The unit tests cov
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 
+from slurmpod.lifecycle.acctschema import SEED_FILE
 from slurmpod.providers.base import SEEDED_MARKER
 from slurmpod.slurm.accounting import (
     HOST_TARGET,
@@ -151,6 +153,22 @@ def test_sacct_lists_finished_job(acct_server: ServerProcess) -> None:
                                           timeout=10).stdout.split()
         journal = runner.run(["journalctl", "-u", "mariadb", "--no-pager"], timeout=10).stdout
         assert "ready for connections" in journal, journal[-500:]
+        # the image's seed cluster became this one (MariaDB's init-file renamed its tables), which slurmdbd took as
+        # it was: no seed table left, all of the seed's renamed, and no table definition changed since the cluster
+        # was created (slurmdbd ALTERs a table whose recorded definition it does not find)
+        seed = json.loads(runner.run(["cat", f"{MARIADB_TEMPLATE}/{SEED_FILE}"], timeout=10).stdout or "null")
+        if seed is not None:
+            query = ("SELECT table_name FROM information_schema.tables WHERE table_schema='slurm_acct_db' AND "
+                     "(table_name LIKE 'slurmpod%' OR table_name LIKE 'acct\\_%');\n"
+                     "SELECT COUNT(*) FROM slurm_acct_db.table_defs_table WHERE mod_time >= (SELECT creation_time "
+                     "FROM slurm_acct_db.cluster_table WHERE name='acct');\n"
+                     "SELECT name FROM slurm_acct_db.cluster_table;\n")
+            r = runner.run(client_argv(), input=query.encode(), timeout=20)
+            assert r.returncode == 0, r.stderr
+            *tables, altered, clusters = r.stdout.split()
+            # (acct_table and acct_coord_table are Slurm's global tables of accounts)
+            assert set(tables) == {f"acct_{t}" for t in seed["tables"]} | {"acct_table", "acct_coord_table"}
+            assert (altered, clusters) == ("0", "acct"), r.stdout
 
     # a restarted server re-adopts the accounting host (same address) and accounting keeps working
     acct_server.kill9()

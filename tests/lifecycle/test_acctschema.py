@@ -41,3 +41,21 @@ def test_a_failure_names_the_step_and_leaves_nothing_running(tmp_path: Path) -> 
         prepare_schema(tmp_path)  # the tree has no bash to chroot into
     assert not (tmp_path / "usr/share/slurmpod/mariadb-datadir" / SCHEMA_MARK).exists()
     assert str(tmp_path) not in Path("/proc/self/mountinfo").read_text()  # the namespace's mounts went with it
+
+
+def test_the_seed_cluster_record_is_read_from_the_template(tmp_path: Path) -> None:
+    from slurmpod.lifecycle.acctschema import SEED_FILE, seed_cluster
+    from slurmpod.slurm.accounting import SeedCluster
+
+    template = tmp_path / "usr/share/slurmpod/mariadb-datadir"
+    template.mkdir(parents=True)
+    assert seed_cluster(tmp_path) is None  # an image made before the seed cluster: sacctmgr adds the cluster
+    record = template / SEED_FILE
+    record.write_text('{"tables": ["job_table", "assoc_table"], "cluster_id": 1}\n')  # mariadb's JSON_OBJECT line
+    assert seed_cluster(tmp_path) == SeedCluster(tables=("job_table", "assoc_table"), cluster_id=True)
+    record.write_text('{"tables": ["job_table"], "cluster_id": 0}\n')
+    assert seed_cluster(tmp_path) == SeedCluster(tables=("job_table",), cluster_id=False)
+    for broken in ("", "{", '{"tables": null, "cluster_id": 1}', '{"tables": []}', '{"tables": [], "cluster_id": 1}',
+                   "[1]"):
+        record.write_text(broken)
+        assert seed_cluster(tmp_path) is None, broken

@@ -105,3 +105,55 @@ def test_ready_check_adds_the_cluster_before_slurmctld_starts() -> None:
         in add
     assert "ClusterName=my-cluster\\nSlurmctldHost=localhost\\n" in add
     assert "AccountingStorageType=accounting_storage/slurmdbd\\nAccountingStorageHost=localhost\\n" in add
+    assert add.startswith("printf 'ClusterName=my-cluster\\n") and "AccountingStoragePort=6819\\n' > " in add
+
+
+def test_ready_check_of_a_host_whose_database_made_the_cluster_adds_nothing() -> None:
+    """With the image's seed cluster renamed by MariaDB's init-file, the ready command runs no sacctmgr."""
+    script = acct.booted_ready_argv("ab" * 32, 30, None)[2]
+    assert script.endswith(f"touch {acct.INIT_MARKER} || exit 1; exit 0")
+    assert "sacctmgr" not in script
+
+
+_SEED = acct.SeedCluster(tables=("assoc_table", "job_table", "last_ran_table"), cluster_id=True)
+
+
+def test_seed_cluster_sql_renames_the_seed_cluster_idempotently() -> None:
+    sql = acct.seed_cluster_sql(_SEED, "prod_1").decode()
+    lines = sql.splitlines()
+    assert all(line.endswith(";") for line in lines)  # init-file: a statement per line
+    # one atomic statement for every table; IF EXISTS: the next start (nothing left to rename) changes nothing
+    assert lines[0] == ("RENAME TABLE IF EXISTS "
+                        "`slurm_acct_db`.`slurmpod_seed_assoc_table` TO `slurm_acct_db`.`prod_1_assoc_table`, "
+                        "`slurm_acct_db`.`slurmpod_seed_job_table` TO `slurm_acct_db`.`prod_1_job_table`, "
+                        "`slurm_acct_db`.`slurmpod_seed_last_ran_table` TO `slurm_acct_db`.`prod_1_last_ran_table`;")
+    # Slurm names its tables in double quotes in table_defs_table; only the seed's rows match
+    assert "SET table_name=REPLACE(table_name, '\"slurmpod_seed_', '\"prod_1_')" in lines[1]
+    assert lines[1].endswith("WHERE table_name LIKE '\"slurmpod_seed\\_%';")
+    assert "WHERE name='slurmpod_seed' OR cluster='slurmpod_seed';" in lines[2]
+    assert lines[3].startswith("UPDATE `slurm_acct_db`.cluster_table SET name='prod_1', creation_time=UNIX_TIMESTAMP()")
+    assert ", id=FLOOR(2 + RAND() * 4094) WHERE name='slurmpod_seed';" in lines[3]
+
+
+def test_seed_cluster_sql_without_cluster_ids_and_bad_names() -> None:
+    import pytest
+
+    old = acct.seed_cluster_sql(acct.SeedCluster(tables=("job_table",), cluster_id=False), "c").decode()
+    assert "id=" not in old.splitlines()[3]  # Slurm 22.05's cluster_table has no id
+    for bad in ("my-cluster", "Upper", "x" * 60, "a'b"):  # each would not be a plain, short table name
+        with pytest.raises(ValueError, match="cannot be written into SQL"):
+            acct.seed_cluster_sql(_SEED, bad)
+    with pytest.raises(ValueError, match="no tables"):
+        acct.seed_cluster_sql(acct.SeedCluster(tables=(), cluster_id=True), "c")
+    with pytest.raises(ValueError, match="cannot be written into SQL"):
+        acct.seed_cluster_sql(acct.SeedCluster(tables=("job_table`; DROP",), cluster_id=True), "c")
+
+
+def test_seed_sql_follows_the_slurm_user_in_the_init_file() -> None:
+    """MariaDB stops running an init-file at its first failing statement: the slurm user comes first."""
+    conf = acct.render_slurmdbd_conf(acct.DBD_HOST, "pw-1")
+    seed = acct.seed_cluster_sql(_SEED, "c1")
+    sql = _by_path(acct.boot_files(b"k" * 1024, conf, password="pw-1", seed_sql=seed))[acct.INIT_SQL].content
+    assert sql == acct.slurm_user_sql("pw-1") + seed
+    plain = _by_path(acct.boot_files(b"k" * 1024, conf, password="pw-1"))[acct.INIT_SQL].content
+    assert plain == acct.slurm_user_sql("pw-1")
