@@ -53,8 +53,9 @@ _WANTS = "/etc/systemd/system/multi-user.target.wants"
 
 _HOST_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*$")
 _SQL_NAME_OK = re.compile(r"^[A-Za-z0-9_$]+$")
-#: a table name slurmpod writes into SQL: what Slurm's lowercase cluster names and table suffixes hold, <= 64 chars
-_SQL_TABLE_OK = re.compile(r"^[a-z0-9_]{1,64}$")
+#: a table name slurmpod writes into SQL (quoted): what Slurm's lowercase cluster names (AWS's cluster names: letters,
+#: digits, '-') and table suffixes hold, within MariaDB's 64 characters
+_SQL_TABLE_OK = re.compile(r"^[a-z0-9_-]{1,64}$")
 #: characters safe inside a single-quoted SQL string *and* as a slurmdbd.conf value (no '#', no spaces)
 _PASS_OK = re.compile(r"^[A-Za-z0-9_\-.+/=@%:,^~]+$")
 
@@ -242,8 +243,8 @@ def seed_cluster_sql(seed: SeedCluster, cluster: str, *, database: str = STORAGE
         old, new = f"{SEED_CLUSTER}_{suffix}", f"{cluster}_{suffix}"
         for name in (old, new):
             if not _SQL_TABLE_OK.match(name):
-                raise ValueError(f"table name {name!r} cannot be written into SQL (lowercase letters, digits and "
-                                 "'_', at most 64 characters)")
+                raise ValueError(f"table name {name!r} cannot be written into SQL (lowercase letters, digits, '-' "
+                                 "and '_', at most 64 characters)")
         pairs.append(f"`{database}`.`{old}` TO `{database}`.`{new}`")
     db, seed_name = f"`{database}`", SEED_CLUSTER
     new_id = ", id=FLOOR(2 + RAND() * 4094)" if seed.cluster_id else ""

@@ -99,35 +99,36 @@ def test_sacct_lists_finished_job(acct_server: ServerProcess) -> None:
     state = acct_server.state_dir
     c = acct_server.client()
     t0 = time.monotonic()
-    c.create_cluster(ClusterName="acct", InstanceGroups=seed_groups(1))
-    d = wait_status(c, "acct", {"InService", "Failed"}, timeout=180)
+    c.create_cluster(ClusterName="acct-1", InstanceGroups=seed_groups(1))
+    d = wait_status(c, "acct-1", {"InService", "Failed"}, timeout=180)
     print(f"InService with accounting after {time.monotonic() - t0:.1f}s")
     assert d["ClusterStatus"] == "InService", d.get("FailureMessage")
     cid = d["ClusterArn"].rsplit("/", 1)[1]
 
     # slurm.conf points at the accounting host, which is its own instance (not a controller)
-    conf = in_node(state, "acct", None, "cat", "/etc/slurm/slurm.conf").stdout
+    conf = in_node(state, "acct-1", None, "cat", "/etc/slurm/slurm.conf").stdout
     assert "AccountingStorageType=accounting_storage/slurmdbd" in conf
     host_ip = next(line.split("=", 1)[1] for line in conf.splitlines() if line.startswith("AccountingStorageHost="))
     provider = LocalProvider(state)
     iid = accounting_instance_id(cid)
     inst = {i.instance_id: i for i in provider.list_instances(cid)}[iid]
     assert inst.alive and inst.ip == host_ip and inst.group == "accounting"
-    hostnames = {n["PrivateDnsHostname"] for n in c.list_cluster_nodes(ClusterName="acct")["ClusterNodeSummaries"]}
+    nodes = c.list_cluster_nodes(ClusterName="acct-1")["ClusterNodeSummaries"]
+    hostnames = {n["PrivateDnsHostname"] for n in nodes}
     assert inst.hostname not in hostnames and iid not in conf
 
     # a job runs and sacct (on the controller) lists it as COMPLETED
-    r = in_node(state, "acct", None, "bash", "-c", "cd /home && sbatch --parsable --wrap='hostname; sleep 1'")
+    r = in_node(state, "acct-1", None, "bash", "-c", "cd /home && sbatch --parsable --wrap='hostname; sleep 1'")
     assert r.returncode == 0, r.stderr
     job = r.stdout.strip().split(";")[0]
-    row = _wait_sacct(state, "acct", job)
+    row = _wait_sacct(state, "acct-1", job)
     print("sacct:", row)
     # the accounting host added the cluster before slurmctld's first start, and that start's registration still
     # recorded where slurmctld listens (slurmdbd sends it association changes there)
-    r = in_node(state, "acct", None, "sacctmgr", "-n", "-P", "show", "cluster",
+    r = in_node(state, "acct-1", None, "sacctmgr", "-n", "-P", "show", "cluster",
                 "format=cluster,controlhost,controlport")
     ctl_ip = next(line.split("(", 1)[1].rstrip(")") for line in conf.splitlines() if line.startswith("SlurmctldHost="))
-    assert f"acct|{ctl_ip}|6817" in r.stdout.splitlines(), r.stdout
+    assert f"acct-1|{ctl_ip}|6817" in r.stdout.splitlines(), r.stdout
 
     # the password is in a 0600 file only: not in any process list, not in the server log
     pw_file = state / "clusters" / cid / "accounting-db.pass"
@@ -159,28 +160,28 @@ def test_sacct_lists_finished_job(acct_server: ServerProcess) -> None:
         seed = json.loads(runner.run(["cat", f"{MARIADB_TEMPLATE}/{SEED_FILE}"], timeout=10).stdout or "null")
         if seed is not None:
             query = ("SELECT table_name FROM information_schema.tables WHERE table_schema='slurm_acct_db' AND "
-                     "(table_name LIKE 'slurmpod%' OR table_name LIKE 'acct\\_%');\n"
+                     "(table_name LIKE 'slurmpod%' OR table_name LIKE 'acct-1\\_%');\n"
                      "SELECT COUNT(*) FROM slurm_acct_db.table_defs_table WHERE mod_time >= (SELECT creation_time "
-                     "FROM slurm_acct_db.cluster_table WHERE name='acct');\n"
+                     "FROM slurm_acct_db.cluster_table WHERE name='acct-1');\n"
                      "SELECT name FROM slurm_acct_db.cluster_table;\n")
             r = runner.run(client_argv(), input=query.encode(), timeout=20)
             assert r.returncode == 0, r.stderr
             *tables, altered, clusters = r.stdout.split()
             # (acct_table and acct_coord_table are Slurm's global tables of accounts)
             assert set(tables) == {f"acct_{t}" for t in seed["tables"]} | {"acct_table", "acct_coord_table"}
-            assert (altered, clusters) == ("0", "acct"), r.stdout
+            assert (altered, clusters) == ("0", "acct-1"), r.stdout
 
     # a restarted server re-adopts the accounting host (same address) and accounting keeps working
     acct_server.kill9()
     acct_server.start()
-    r = in_node(state, "acct", None, "bash", "-c", "cd /home && sbatch --parsable --wrap=true")
+    r = in_node(state, "acct-1", None, "bash", "-c", "cd /home && sbatch --parsable --wrap=true")
     assert r.returncode == 0, r.stderr
-    _wait_sacct(state, "acct", r.stdout.strip().split(";")[0])
+    _wait_sacct(state, "acct-1", r.stdout.strip().split(";")[0])
     assert {i.instance_id: i for i in provider.list_instances(cid)}[iid].ip == host_ip
 
     # deleting the cluster removes the accounting host, its volume and the password file
-    c.delete_cluster(ClusterName="acct")
-    wait_status(c, "acct", {"gone"}, timeout=120)
+    c.delete_cluster(ClusterName="acct-1")
+    wait_status(c, "acct-1", {"gone"}, timeout=120)
     assert iid not in {i.instance_id for i in provider.list_instances(cid)}
     assert not pw_file.exists()
 

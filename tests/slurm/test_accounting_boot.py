@@ -140,7 +140,8 @@ def test_seed_cluster_sql_without_cluster_ids_and_bad_names() -> None:
 
     old = acct.seed_cluster_sql(acct.SeedCluster(tables=("job_table",), cluster_id=False), "c").decode()
     assert "id=" not in old.splitlines()[3]  # Slurm 22.05's cluster_table has no id
-    for bad in ("my-cluster", "Upper", "x" * 60, "a'b"):  # each would not be a plain, short table name
+    assert "`slurm_acct_db`.`my-cluster_job_table`" in acct.seed_cluster_sql(_SEED, "my-cluster").decode()
+    for bad in ("my.cluster", "Upper", "x" * 60, "a'b", "a`b"):  # each would not be a plain, short table name
         with pytest.raises(ValueError, match="cannot be written into SQL"):
             acct.seed_cluster_sql(_SEED, bad)
     with pytest.raises(ValueError, match="no tables"):
