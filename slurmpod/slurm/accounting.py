@@ -219,7 +219,7 @@ SEED_CLUSTER = "slurmpod_seed"
 @dataclass(frozen=True)
 class SeedCluster:
     """What the image's template holds of ``SEED_CLUSTER``: its tables' suffixes (``job_table``, ...) and whether
-    ``cluster_table`` has Slurm's cluster ``id`` column (23.02 and later; not 22.05)."""
+    ``cluster_table`` has Slurm's cluster ``id`` column (24.11 has it, 22.05 does not)."""
 
     tables: tuple[str, ...]
     cluster_id: bool
@@ -228,11 +228,11 @@ class SeedCluster:
 def seed_cluster_sql(seed: SeedCluster, cluster: str, *, database: str = STORAGE_LOC) -> bytes:
     """SQL for the ``init-file`` (after ``slurm_user_sql``): the template's seed cluster becomes ``cluster``
     (slurm.conf's ClusterName), as if slurmdbd had just added it: its tables renamed in one atomic statement; their
-    definitions in
-    ``table_defs_table`` renamed too (else slurmdbd's start compares them, finds none and ALTERs every table); its
-    ``cluster_table`` and ``txn_table`` rows renamed, dated now, and (where Slurm has one) a new random cluster id
-    in 2..4095, as ``sacctmgr add cluster`` draws it. Every start runs it: once renamed, nothing matches, so it
-    changes nothing (a database that never held the seed, e.g. one kept from an older image, likewise).
+    definitions in ``table_defs_table`` renamed too (else slurmdbd's start compares them, finds none and ALTERs
+    every table); its ``cluster_table`` and ``txn_table`` rows renamed, dated now, and (where Slurm has the column)
+    a new random cluster id in 2..4095 (the ClusterID slurmctld records), so that no two clusters have the
+    template's. Every start runs it: once renamed, nothing matches, so it changes nothing (a database that never
+    held the seed, e.g. one kept from an older image, likewise).
     ``ValueError`` when a name cannot be written into SQL safely."""
     if not _SQL_NAME_OK.match(database):
         raise ValueError(f"invalid SQL name {database!r}")
