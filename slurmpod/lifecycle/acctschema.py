@@ -121,7 +121,7 @@ SLURM_CONF={_DBD_DIR}/slurm.conf timeout 60 sacctmgr -i add cluster {acct.SEED_C
 kill -TERM $dbd
 wait $dbd || true
 {sql} > $T/{SEED_FILE} <<'SQL'
-{_seed_sql()}SQL
+{_seed_record_sql()}SQL
 echo "DROP USER '{acct.STORAGE_USER}'@'localhost';" | {sql}
 tables=$(echo "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema='{acct.STORAGE_LOC}';" | {sql})
 mariadb-admin --no-defaults --socket=$SOCK --user=root --skip-ssl shutdown
@@ -132,7 +132,7 @@ echo "tables=$tables"
 """
 
 
-def _seed_sql() -> str:
+def _seed_record_sql() -> str:
     """SQL run once slurmdbd stopped: the seed cluster's dated rows go (its ``last_ran`` and ``event`` rows: a cluster
     renamed from it has been registered by nobody yet, as one that slurmctld's registration adds), and a line of
     JSON names its tables (``seed_cluster``)."""

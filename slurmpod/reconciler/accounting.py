@@ -274,11 +274,11 @@ class AccountingService:
         except Exception as exc:  # reported again by the foreground ensure()
             log.warning("cluster %s: accounting host not ready yet: %s", cluster_name, exc)
 
-    def _request(self, cluster_id: str, cluster_name: str, munge_key: bytes,
-                 external: ExternalDatabase | None, image: Image, seed_sql: bytes = b"") -> InstanceRequest:
+    def _request(self, cluster_id: str, cluster_name: str, munge_key: bytes, external: ExternalDatabase | None,
+                 image: Image, template: bool, seed_sql: bytes) -> InstanceRequest:
         # a new database volume starts as the image's template datadir, copied by the provider before the host
         # boots (the host's seed unit then has nothing to do), when the host's boot brings MariaDB up from it
-        template = self._template_boot(image)
+        # (``template``: ``_template_boot``)
         seeded = external is None and template
         volume = dataclasses.replace(DB_VOLUME, seed=acct.MARIADB_TEMPLATE) if seeded else DB_VOLUME
         return InstanceRequest(
@@ -289,7 +289,7 @@ class AccountingService:
         )
 
     def _boot_files(self, cluster_id: str, munge_key: bytes, external: ExternalDatabase | None,
-                    image: Image, template: bool, seed_sql: bytes = b"") -> list[NodeFile]:
+                    image: Image, template: bool, seed_sql: bytes) -> list[NodeFile]:
         """On a systemd image with MariaDB's template datadir: everything the host needs to come up with munge,
         MariaDB and slurmdbd running at the end of its boot (``acct.boot_files``, MariaDB's ``init-file`` renaming
         the template's seed cluster to this one: ``seed_sql``); else only the munge key."""
@@ -298,7 +298,7 @@ class AccountingService:
         if external is None and not template:  # ``_template_boot``
             return [control.munge_key_file(munge_key)]
         conf, password = self._dbd_conf(cluster_id, external, image)
-        return acct.boot_files(munge_key, conf, password=password, seed_sql=seed_sql if password else b"")
+        return acct.boot_files(munge_key, conf, password=password, seed_sql=seed_sql)
 
     @staticmethod
     def _template_boot(image: Image) -> bool:
@@ -321,8 +321,9 @@ class AccountingService:
                 external: ExternalDatabase | None, image: Image) -> AccountingConfig:
         t0 = time.monotonic()
         self.provider.prepare_cluster(cluster_id)
-        seed_sql = _seed_sql(image, cluster_name) if external is None and self._template_boot(image) else b""
-        request = self._request(cluster_id, cluster_name, munge_key, external, image, seed_sql)
+        template = self._template_boot(image)
+        seed_sql = _seed_sql(image, cluster_name) if external is None and template else b""
+        request = self._request(cluster_id, cluster_name, munge_key, external, image, template, seed_sql)
         running = self.image_of(cluster_id)
         iid = self.instance_id(cluster_id)
         if running.image_id != image.image_id and any(i.instance_id == iid
